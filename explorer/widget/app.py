@@ -1,0 +1,265 @@
+"""The explorer widget: one recurrence, every lowering stage, a run panel.
+
+``Explorer(text)`` compiles the recurrence with the options chosen in its controls and shows what
+the compiler recorded: the parsed recurrence, its affine form, the scan tree, the MLIR after every
+pass, LLVM IR, PTX, and a panel that runs the kernel. Python owns all state; the browser only
+draws. Errors (a recurrence that does not parse, a pass that fails) are shown inside the widget,
+under the text box; nothing raises into the notebook cell.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+import traceback
+from typing import Any
+
+import ipywidgets as widgets
+
+from explorer.widget.highlight import style_sheet
+from explorer.widget.run import RunPanel
+from explorer.widget.views import (
+    AffineView,
+    MlirView,
+    PassTimesView,
+    PtxView,
+    RecurrenceView,
+    TextStageView,
+    TreeView,
+    View,
+)
+
+STRATEGIES = [("Blelloch (work-efficient tree)", "blelloch"), ("sequential", "sequential")]
+CHIPS = ["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100"]
+BLOCK_SIZES = [32, 64, 128, 256, 512, 1024]
+ELEMENTS_PER_THREAD = [1, 2, 4, 8, 16]
+DTYPES = ["float32"]
+
+_WIDGET_CSS = """
+<style>
+.sw-error pre { color: #a00000; background: #fff2f2; border: 1px solid #f0c0c0;
+  padding: 6px 8px; margin: 2px 0; white-space: pre; overflow-x: auto; font-size: 12px; }
+.sw-title { font-size: 15px; font-weight: 600; margin-bottom: 2px; }
+</style>
+"""
+
+
+def presets() -> dict[str, str]:
+    """Named example recurrences, from :mod:`explorer.presets`."""
+    from explorer import presets as preset_module
+
+    table: dict[str, str] = dict(preset_module.PRESETS)
+    return table
+
+
+def _error_html(err: BaseException) -> str:
+    """The error as the person should read it: the message (with its caret) and, for an error we
+    did not expect, the traceback folded away."""
+    from explorer.errors import CompileError, OptionError, RecurrenceError
+
+    if isinstance(err, RecurrenceError):
+        title = "The recurrence is not valid"
+        body = str(err)
+    elif isinstance(err, OptionError):
+        title = "That option is not supported"
+        body = str(err)
+    elif isinstance(err, CompileError):
+        title = "Compilation failed"
+        body = str(err)
+    else:
+        title = f"Internal error ({type(err).__name__})"
+        body = str(err)
+    out = (f"<div class='sw-error'><b style='color:#a00000'>{html.escape(title)}</b>"
+           f"<pre>{html.escape(body)}</pre>")
+    if not isinstance(err, RecurrenceError | OptionError | CompileError):
+        trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        out += ("<details><summary>traceback</summary>"
+                f"<pre>{html.escape(trace)}</pre></details>")
+    return out + "</div>"
+
+
+class Explorer(widgets.VBox):
+    """Interactive compiler explorer for one affine recurrence.
+
+    >>> Explorer("h[t] = a[t] * h[t-1] + b[t]")    # doctest: +SKIP
+
+    Attributes worth reading from code: ``compiled`` (the last successful compilation, or None),
+    ``error`` (the last error, or None), ``mlir`` (the pass view: ``mlir.select(i)``), ``run``
+    (the run panel: ``run.run_and_check()``, ``run.sweep(wait=True)``).
+    """
+
+    TAB_TITLES = ("Recurrence", "Affine", "Scan tree", "MLIR", "LLVM IR", "PTX", "Run")
+
+    def __init__(self, recurrence: Any = None, *, target: str = "cuda",
+                 strategy: str = "blelloch", block_size: int = 256,
+                 elements_per_thread: int = 1, chip: str = "sm_90",
+                 dtype: str = "float32") -> None:
+        table = presets()
+        if recurrence is None:
+            recurrence = next(iter(table.values()))
+        text = getattr(recurrence, "text", recurrence)
+        if not isinstance(text, str):
+            raise TypeError("Explorer takes recurrence text or an explorer.Recurrence")
+
+        self.compiled: Any = None
+        self.error: BaseException | None = None
+
+        # -- the recurrence box --------------------------------------------------------------
+        self.preset = widgets.Dropdown(options=[("choose a preset…", "")] + [
+            (name, body) for name, body in table.items()], value="", description="preset",
+            layout=widgets.Layout(width="320px"))
+        self.text = widgets.Textarea(value=text, continuous_update=False, rows=3,
+                                     placeholder="h[t] = a[t] * h[t-1] + b[t]",
+                                     layout=widgets.Layout(width="100%",
+                                                           font_family="monospace"))
+        self.text.add_class("sw-recurrence")
+        self.compile_button = widgets.Button(description="Compile", icon="cogs",
+                                             button_style="primary")
+        self.error_box = widgets.HTML()
+        self.error_box.add_class("sw-error-box")
+        self.status = widgets.HTML()
+
+        # -- options -------------------------------------------------------------------------
+        narrow = widgets.Layout(width="210px")
+        style = {"description_width": "initial"}
+        self.target = widgets.Dropdown(options=[("CUDA (PTX)", "cuda"), ("CPU", "cpu")],
+                                       value=target, description="target", layout=narrow,
+                                       style=style)
+        self.strategy = widgets.Dropdown(options=STRATEGIES, value=strategy,
+                                         description="strategy",
+                                         layout=widgets.Layout(width="280px"), style=style)
+        self.block_size = widgets.Dropdown(options=BLOCK_SIZES, value=block_size,
+                                           description="block size", layout=narrow, style=style)
+        self.elements_per_thread = widgets.Dropdown(options=ELEMENTS_PER_THREAD,
+                                                    value=elements_per_thread,
+                                                    description="elements/thread",
+                                                    layout=narrow, style=style)
+        self.dtype = widgets.Dropdown(options=DTYPES, value=dtype, description="dtype",
+                                      layout=widgets.Layout(width="170px"), style=style)
+        self.chip = widgets.Dropdown(options=CHIPS, value=chip, description="chip",
+                                     layout=widgets.Layout(width="150px"), style=style)
+        self._accepted = self._compile_parameters()
+        if "dtype" not in self._accepted:
+            self.dtype.disabled = True
+            self.dtype.description_tooltip = "the compiler generates float32 kernels"
+
+        # -- stage views ---------------------------------------------------------------------
+        self.recurrence_view = RecurrenceView()
+        self.affine_view = AffineView()
+        self.tree_view = TreeView()
+        self.mlir = MlirView()
+        self.llvm_view = TextStageView("llvm", "llvm", "LLVM IR")
+        self.ptx_view = PtxView()
+        self.run = RunPanel()
+        self.times = PassTimesView()
+        self._views: list[View | None] = [self.recurrence_view, self.affine_view,
+                                          self.tree_view, self.mlir, self.llvm_view,
+                                          self.ptx_view, None]
+        self.tabs = widgets.Tab(children=[v.widget if v is not None else self.run.widget
+                                          for v in self._views],
+                                titles=self.TAB_TITLES)
+
+        header = widgets.HTML(_WIDGET_CSS + style_sheet()
+                              + "<div class='sw-title'>ScanWeaver Explorer</div>")
+        super().__init__([
+            header,
+            widgets.HBox([self.preset, self.compile_button, self.status]),
+            self.text,
+            self.error_box,
+            widgets.HBox([self.target, self.strategy, self.block_size,
+                          self.elements_per_thread, self.dtype, self.chip],
+                         layout=widgets.Layout(flex_flow="row wrap")),
+            self.times.widget,
+            self.tabs,
+        ])
+        self.add_class("sw-explorer")
+
+        self.preset.observe(self._on_preset, names="value")
+        self.text.observe(lambda _c: self.recompile(), names="value")
+        self.compile_button.on_click(lambda _b: self.recompile())
+        for control in (self.target, self.strategy, self.block_size, self.elements_per_thread,
+                        self.dtype, self.chip):
+            control.observe(lambda _c: self.recompile(), names="value")
+        self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
+        self.recompile()
+
+    # -- compiling ---------------------------------------------------------------------------
+    @staticmethod
+    def _compile_parameters() -> set[str]:
+        import explorer
+
+        try:
+            return set(inspect.signature(explorer.compile).parameters)
+        except (TypeError, ValueError):
+            return set()
+
+    def options(self) -> dict[str, Any]:
+        """The compile options chosen in the controls."""
+        chosen: dict[str, Any] = {
+            "target": self.target.value,
+            "strategy": self.strategy.value,
+            "block_size": self.block_size.value,
+            "elements_per_thread": self.elements_per_thread.value,
+            "chip": self.chip.value,
+            "dtype": self.dtype.value,
+        }
+        return {k: v for k, v in chosen.items() if k in self._accepted}
+
+    def recompile(self) -> bool:
+        """Compile the text in the box with the chosen options; True on success.
+
+        On failure the error is shown under the box and the stage views keep the last good
+        compilation (marked as stale), so the person can compare.
+        """
+        import explorer
+
+        self.status.value = "<i>compiling…</i>"
+        try:
+            compiled = explorer.compile(self.text.value, **self.options())
+        except Exception as err:  # noqa: BLE001 - every error is shown in the widget
+            self.error = err
+            self.error_box.value = _error_html(err)
+            stale = " (the tabs show the last compilation that worked)" if self.compiled else ""
+            self.status.value = f"<span style='color:#a00000'>error{stale}</span>"
+            return False
+        self.error = None
+        self.error_box.value = ""
+        self.compiled = compiled
+        total = sum(getattr(s, "seconds", 0.0) or 0.0 for s in compiled.stages.values())
+        self.status.value = (f"<span style='color:#0a6a0a'>compiled in {total:.2f} s, "
+                             f"{len(compiled.stages)} stages</span>")
+        for view in self._views:
+            if view is not None:
+                view.reset()
+        self.times.show(compiled)
+        self.run.set_compiled(compiled)
+        self._show_selected()
+        return True
+
+    def _show_selected(self) -> None:
+        index = self.tabs.selected_index
+        if self.compiled is None or index is None:
+            return
+        view = self._views[index]
+        if view is None:
+            return
+        try:
+            view.show(self.compiled)
+        except Exception as err:  # noqa: BLE001 - a view that cannot draw says why, in place
+            self.error_box.value = _error_html(err)
+
+    def _on_preset(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self.text.value = change["new"]
+
+    # -- conveniences for code -----------------------------------------------------------------
+    def set_text(self, text: str) -> bool:
+        """Put ``text`` in the box and compile it; True on success."""
+        if self.text.value == text:
+            return self.recompile()
+        self.text.value = text
+        return self.error is None
+
+    def show_tab(self, title: str) -> None:
+        """Open the tab called ``title`` (one of :attr:`TAB_TITLES`)."""
+        self.tabs.selected_index = self.TAB_TITLES.index(title)
