@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-import sympy
 from pygments.token import Error, Keyword, Name
 
 from explorer.widget.graphs import dependence_dot, dot_to_svg
@@ -44,7 +43,7 @@ def test_plain_html_escapes() -> None:
 def test_mlir_lexer_classifies_the_pieces_of_mlir() -> None:
     tokens = [(kind, value) for kind, value in MlirLexer().get_tokens(MLIR) if value.strip()]
     assert not [value for kind, value in tokens if kind is Error]
-    kinds = dict((value, kind) for kind, value in tokens)
+    kinds = {value: kind for kind, value in tokens}
     assert kinds["%arg0"] is Name.Variable
     assert kinds["^bb1"] is Name.Label
     assert kinds["@scan"] is Name.Function
@@ -70,19 +69,16 @@ def test_unified_diff_shows_removed_and_added_lines() -> None:
 
 
 def test_dependence_dot_of_a_companion_form() -> None:
-    class Form:
-        components = (("h", 0), ("h", 1))
-        A = sympy.Matrix([[sympy.Symbol("a"), sympy.Symbol("c")], [1, 0]])
-        b = sympy.Matrix([sympy.Symbol("x"), 0])
-        inputs = ("a", "x")
-        params = ("c",)
-        state_symbols = (sympy.Symbol("h_t"), sympy.Symbol("h_t1"))
-        readouts = {"y": 2 * sympy.Symbol("h_t")}
+    from explorer.frontend import Recurrence
+    from explorer.passes.affine import decompose
 
-    dot = dependence_dot(Form())
+    form = decompose(Recurrence.parse("h[t] = a[t] * h[t-1] + c * h[t-2] + x[t]\n"
+                                      "y[t] = 2 * h[t]"))
+    dot = dependence_dot(form)
+    # h[t] reads h[t-1] and h[t-2]; the companion row copies h[t-1] forward, and nothing else
     assert "prev0 -> cur0" in dot and "prev1 -> cur0" in dot and "prev0 -> cur1" in dot
     assert "prev1 -> cur1" not in dot
-    assert "in_x -> cur0" in dot and "in_c -> cur0" in dot
+    assert "in_x -> cur0" in dot and "in_c -> cur0" in dot and "in_a -> cur0" in dot
     assert "cur0 -> out_y" in dot
 
 
