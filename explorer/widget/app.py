@@ -29,11 +29,21 @@ from explorer.widget.views import (
     View,
 )
 
-STRATEGIES = [("Blelloch (work-efficient tree)", "blelloch"), ("sequential", "sequential")]
-CHIPS = ["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100"]
+_STRATEGY_LABELS = {"blelloch": "Blelloch (work-efficient tree)", "sequential": "sequential",
+                    "kogge_stone": "Kogge-Stone"}
 BLOCK_SIZES = [32, 64, 128, 256, 512, 1024]
 ELEMENTS_PER_THREAD = [1, 2, 4, 8, 16]
-DTYPES = ["float32"]
+
+
+def _choices() -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """Strategies, chips and dtypes the compiler accepts (read from its option checker)."""
+    from explorer.codegen import options
+
+    strategies = [(_STRATEGY_LABELS.get(s, s), s) for s in options.STRATEGIES]
+    strategies.sort(key=lambda pair: pair[1] != "blelloch")
+    chips = sorted(options.CHIP_PTX, key=lambda c: (int("".join(filter(str.isdigit, c))), c))
+    return strategies, chips, list(options.DTYPES)
+
 
 _WIDGET_CSS = """
 <style>
@@ -92,7 +102,7 @@ class Explorer(widgets.VBox):
 
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
                  strategy: str = "blelloch", block_size: int = 256,
-                 elements_per_thread: int = 1, chip: str = "sm_90",
+                 elements_per_thread: int = 4, chip: str = "sm_90",
                  dtype: str = "float32") -> None:
         table = presets()
         if recurrence is None:
@@ -120,12 +130,13 @@ class Explorer(widgets.VBox):
         self.status = widgets.HTML()
 
         # -- options -------------------------------------------------------------------------
+        strategies, chips, dtypes = _choices()
         narrow = widgets.Layout(width="210px")
         style = {"description_width": "initial"}
         self.target = widgets.Dropdown(options=[("CUDA (PTX)", "cuda"), ("CPU", "cpu")],
                                        value=target, description="target", layout=narrow,
                                        style=style)
-        self.strategy = widgets.Dropdown(options=STRATEGIES, value=strategy,
+        self.strategy = widgets.Dropdown(options=strategies, value=strategy,
                                          description="strategy",
                                          layout=widgets.Layout(width="280px"), style=style)
         self.block_size = widgets.Dropdown(options=BLOCK_SIZES, value=block_size,
@@ -134,14 +145,14 @@ class Explorer(widgets.VBox):
                                                     value=elements_per_thread,
                                                     description="elements/thread",
                                                     layout=narrow, style=style)
-        self.dtype = widgets.Dropdown(options=DTYPES, value=dtype, description="dtype",
+        self.dtype = widgets.Dropdown(options=dtypes, value=dtype, description="dtype",
                                       layout=widgets.Layout(width="170px"), style=style)
-        self.chip = widgets.Dropdown(options=CHIPS, value=chip, description="chip",
+        self.chip = widgets.Dropdown(options=chips, value=chip, description="chip",
                                      layout=widgets.Layout(width="150px"), style=style)
         self._accepted = self._compile_parameters()
-        if "dtype" not in self._accepted:
+        if "dtype" not in self._accepted or len(dtypes) == 1:
             self.dtype.disabled = True
-            self.dtype.description_tooltip = "the compiler generates float32 kernels"
+            self.dtype.tooltip = "the compiler generates float32 kernels"
 
         # -- stage views ---------------------------------------------------------------------
         self.recurrence_view = RecurrenceView()
@@ -186,12 +197,16 @@ class Explorer(widgets.VBox):
     # -- compiling ---------------------------------------------------------------------------
     @staticmethod
     def _compile_parameters() -> set[str]:
+        """Names of the options ``explorer.compile`` takes (all of ours when it takes **options)."""
         import explorer
 
         try:
-            return set(inspect.signature(explorer.compile).parameters)
+            parameters = inspect.signature(explorer.compile).parameters
         except (TypeError, ValueError):
             return set()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return {"target", "strategy", "block_size", "elements_per_thread", "chip", "dtype"}
+        return set(parameters)
 
     def options(self) -> dict[str, Any]:
         """The compile options chosen in the controls."""

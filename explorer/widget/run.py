@@ -145,6 +145,7 @@ class RunPanel:
             widgets.HBox([self.progress, self.status]),
             self.figure,
         ])
+        self.widget.add_class("sw-run-panel")
         self._compiled: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -165,7 +165,6 @@ class TreeView(View):
 
     title = "Scan tree"
     MAX_DRAWN = 64
-    ILLUSTRATION_N = 16
 
     def __init__(self) -> None:
         super().__init__()
@@ -177,6 +176,7 @@ class TreeView(View):
         widgets.jslink((self.play, "value"), (self.step, "value"))
         self.level_label = widgets.HTML()
         self.picture = widgets.HTML()
+        self.picture.add_class("sw-tree-picture")
         self.widget = widgets.VBox([
             self.info,
             widgets.HBox([self.play, self.step, self.level_label]),
@@ -196,9 +196,10 @@ class TreeView(View):
         note = ""
         if plan.size > self.MAX_DRAWN:
             # Too many positions to draw legibly: draw the same strategy on a few positions.
+            from explorer.compiler import PLAN_PICTURE_N
             from explorer.passes.plans import make_plan
 
-            plan = make_plan(plan.strategy, self.ILLUSTRATION_N)
+            plan = make_plan(plan.strategy, PLAN_PICTURE_N)
             note = (f"<div style='color:#666'>The compiled plan has {compiled.plan.size} "
                     f"positions, too many to draw; the picture shows the same strategy on "
                     f"n = {plan.n} (work {plan.work}, depth {plan.depth}).</div>")
@@ -257,6 +258,9 @@ class MlirView(View):
                                         layout=widgets.Layout(width="320px"))
         self.info = widgets.HTML()
         self.code = widgets.HTML()
+        self.selector.add_class("sw-pass-selector")
+        self.slider.add_class("sw-pass-slider")
+        self.code.add_class("sw-mlir-code")
         self.widget = widgets.VBox([
             widgets.HBox([self.selector, self.slider]),
             widgets.HBox([self.mode, self.hide_unchanged]),
@@ -380,16 +384,27 @@ class MlirView(View):
 
 
 class PassTimesView:
-    """Not a tab: a compact table of stage times shown under the controls."""
+    """Not a tab: one line of stage times (the MLIR passes summed) under the controls."""
 
     def __init__(self) -> None:
         self.widget = widgets.HTML()
 
     def show(self, compiled: Any) -> None:
         stages = getattr(compiled, "stages", {}) or {}
-        cells = []
+        passes = list(getattr(compiled, "passes", ()) or ())
+        pass_stages = {p.name for p in passes}
+        cells: list[tuple[str, float]] = []
         for name, recorded in stages.items():
-            cells.append(f"<span style='margin-right:10px'>{html.escape(str(name))} "
-                         f"<span style='color:#888'>{_seconds(recorded.seconds)}</span></span>")
-        self.widget.value = ("<div style='font-size:12px;color:#444'>stages: "
-                             + "".join(cells) + "</div>")
+            # the compiler keeps one stage per pass after "mlir": summed below, not listed
+            if name != "mlir" and (getattr(recorded, "kind", "") == "mlir"
+                                   or name.split(" #")[0] in pass_stages):
+                continue
+            cells.append((str(name), recorded.seconds))
+            if name == "mlir" and passes:
+                cells.append((f"{len(passes)} passes", sum(p.seconds for p in passes)))
+        spans = "".join(f"<span style='margin-right:12px'>{html.escape(name)} "
+                        f"<span style='color:#888'>{_seconds(seconds)}</span></span>"
+                        for name, seconds in cells)
+        cached = " (from the compile cache)" if getattr(compiled, "from_cache", False) else ""
+        self.widget.value = (f"<div style='font-size:12px;color:#444'>stage times{cached}: "
+                             f"{spans}</div>")
