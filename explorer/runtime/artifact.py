@@ -1,0 +1,327 @@
+"""Artifacts: the compiled kernel (PTX) and its JSON manifest, as a directory on disk.
+
+This is the hand-off between the compiler (which writes an artifact with :func:`write_artifact`)
+and the runtimes (which read it with :func:`load_artifact`).  Both sides use this one module so
+the format has one definition.  Only the standard library and NumPy are imported: an artifact
+compiled on a machine with MLIR loads on a GPU server that has NumPy and CuPy alone.
+
+Layout of an artifact directory::
+
+    manifest.json   the manifest (format ``scanweaver-artifact/1``)
+    kernel.ptx      the PTX of the kernels (one file per distinct ``ptx`` name in the manifest)
+
+The manifest's ``hash`` is the SHA-256 of its own canonical JSON (sorted keys, without the
+``hash`` field) followed by the bytes of every PTX file in kernel order; :func:`load_artifact`
+recomputes it and refuses an artifact whose files were changed after it was written.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "scanweaver-artifact/1"
+MANIFEST = "manifest.json"
+DEFAULT_PTX = "kernel.ptx"
+
+ROLES = ("input", "param", "h0", "output", "size")
+ARG_DTYPES = ("float32", "int64")
+SIZE_NAMES = ("C", "N", "L")
+
+
+class ArtifactError(ValueError):
+    """An artifact directory or manifest does not follow the format; names the field at fault."""
+
+
+@dataclass(frozen=True)
+class ArgInfo:
+    """One kernel parameter as the manifest describes it."""
+
+    name: str
+    role: str
+    timed: bool = False
+    lane: bool = False
+    dtype: str = "float32"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "timed": self.timed, "lane": self.lane,
+                "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One entry point of the PTX and the geometry it is launched with."""
+
+    name: str
+    ptx: str
+    block: tuple[int, int, int]
+    sequences_per_block: int
+    shared_bytes: int
+    args: tuple[ArgInfo, ...]
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.block)
+
+    def grid(self, C: int, N: int) -> tuple[int, int, int]:
+        """``grid_x = ceil(C * N / sequences_per_block)`` (the contract's geometry)."""
+        return (max(1, -(-(C * N) // self.sequences_per_block)), 1, 1)
+
+    def args_with_role(self, role: str) -> tuple[ArgInfo, ...]:
+        return tuple(a for a in self.args if a.role == role)
+
+
+@dataclass
+class Artifact:
+    """A loaded artifact: the parsed manifest plus the PTX text of every kernel."""
+
+    path: Path | None
+    manifest: dict[str, Any]
+    kernels: tuple[KernelInfo, ...]
+    ptx_text: dict[str, str] = field(repr=False, default_factory=dict)
+
+    @property
+    def recurrence(self) -> str:
+        return str(self.manifest.get("recurrence", ""))
+
+    @property
+    def strategy(self) -> str:
+        return str(self.manifest.get("strategy", ""))
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.manifest.get("options") or {})
+
+    @property
+    def chip(self) -> str:
+        return str(self.manifest.get("chip", ""))
+
+    @property
+    def dtype(self) -> str:
+        return str(self.manifest.get("dtype", "float32"))
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self.manifest.get("outputs") or ())
+
+    @property
+    def vector(self) -> bool:
+        return bool(self.manifest.get("vector", False))
+
+    @property
+    def hash(self) -> str:
+        return str(self.manifest.get("hash", ""))
+
+    def ptx_path(self, kernel: KernelInfo) -> Path:
+        if self.path is None:
+            raise ArtifactError("this artifact was not loaded from a directory")
+        return self.path / kernel.ptx
+
+    def describe(self) -> str:
+        """One line for tables and logs: strategy, options and the short hash."""
+        opts = ", ".join(f"{k}={v}" for k, v in sorted(self.options.items())
+                         if k not in ("strategy", "target"))
+        return f"{self.strategy} [{opts}] {self.hash[:10]}"
+
+
+# --- validation ------------------------------------------------------------------------------
+
+def _need(obj: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in obj:
+        raise ArtifactError(f"{where}: missing field {key!r}")
+    return obj[key]
+
+
+def _parse_arg(raw: Any, where: str) -> ArgInfo:
+    if not isinstance(raw, Mapping):
+        raise ArtifactError(f"{where}: an argument must be an object, got {raw!r}")
+    name = _need(raw, "name", where)
+    role = _need(raw, "role", where)
+    if not isinstance(name, str) or not name:
+        raise ArtifactError(f"{where}: argument name must be a non-empty string, got {name!r}")
+    if role not in ROLES:
+        raise ArtifactError(f"{where}: argument {name!r} has role {role!r}; "
+                            f"expected one of {', '.join(ROLES)}")
+    dtype = raw.get("dtype", "int64" if role == "size" else "float32")
+    if dtype not in ARG_DTYPES:
+        raise ArtifactError(f"{where}: argument {name!r} has dtype {dtype!r}; "
+                            f"expected one of {', '.join(ARG_DTYPES)}")
+    if role == "size":
+        if name not in SIZE_NAMES:
+            raise ArtifactError(f"{where}: size argument {name!r} must be one of C, N, L")
+        if dtype != "int64":
+            raise ArtifactError(f"{where}: size argument {name!r} must be int64")
+    elif dtype != "float32":
+        raise ArtifactError(f"{where}: array argument {name!r} must be float32")
+    return ArgInfo(name=name, role=role, timed=bool(raw.get("timed", False)),
+                   lane=bool(raw.get("lane", False)), dtype=dtype)
+
+
+def _parse_kernel(raw: Any, index: int) -> KernelInfo:
+    where = f"kernels[{index}]"
+    if not isinstance(raw, Mapping):
+        raise ArtifactError(f"{where}: must be an object")
+    name = _need(raw, "name", where)
+    if not isinstance(name, str) or not name:
+        raise ArtifactError(f"{where}: name must be the PTX entry symbol")
+    ptx = raw.get("ptx", DEFAULT_PTX)
+    if not isinstance(ptx, str) or not ptx or os.path.isabs(ptx) or ".." in Path(ptx).parts:
+        raise ArtifactError(f"{where}: ptx must be a file name inside the artifact, got {ptx!r}")
+    block_raw = _need(raw, "block", where)
+    if (not isinstance(block_raw, Sequence) or not 1 <= len(block_raw) <= 3
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0
+                       for b in block_raw)):
+        raise ArtifactError(f"{where}: block must be 1 to 3 positive integers, got {block_raw!r}")
+    block = tuple(block_raw) + (1,) * (3 - len(block_raw))
+    if math.prod(block) > 1024:
+        raise ArtifactError(f"{where}: block {list(block)} has more than 1024 threads")
+    spb = raw.get("sequences_per_block", 1)
+    if not isinstance(spb, int) or isinstance(spb, bool) or spb < 1:
+        raise ArtifactError(f"{where}: sequences_per_block must be a positive integer, "
+                            f"got {spb!r}")
+    shared = raw.get("shared_bytes", 0)
+    if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
+        raise ArtifactError(f"{where}: shared_bytes must be a non-negative integer, "
+                            f"got {shared!r}")
+    args_raw = _need(raw, "args", where)
+    if not isinstance(args_raw, Sequence) or isinstance(args_raw, str):
+        raise ArtifactError(f"{where}: args must be a list")
+    args = tuple(_parse_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args_raw))
+    names = [a.name + ("#" + a.role if a.role in ("h0", "output") else "") for a in args]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ArtifactError(f"{where}: duplicate arguments {dup}")
+    return KernelInfo(name=name, ptx=ptx, block=(int(block[0]), int(block[1]), int(block[2])),
+                      sequences_per_block=spb, shared_bytes=shared, args=args)
+
+
+def validate_manifest(manifest: Mapping[str, Any]) -> tuple[KernelInfo, ...]:
+    """Check a manifest against the format; return its kernels.  Raises :class:`ArtifactError`."""
+    if not isinstance(manifest, Mapping):
+        raise ArtifactError("the manifest must be a JSON object")
+    fmt = _need(manifest, "format", "manifest")
+    if fmt != FORMAT:
+        raise ArtifactError(f"manifest: format {fmt!r} is not {FORMAT!r}")
+    dtype = manifest.get("dtype", "float32")
+    if dtype != "float32":
+        raise ArtifactError(f"manifest: dtype {dtype!r} is not supported (float32 only)")
+    kernels_raw = _need(manifest, "kernels", "manifest")
+    if not isinstance(kernels_raw, Sequence) or isinstance(kernels_raw, str) or not kernels_raw:
+        raise ArtifactError("manifest: kernels must be a non-empty list")
+    kernels = tuple(_parse_kernel(k, i) for i, k in enumerate(kernels_raw))
+    outputs = manifest.get("outputs")
+    if outputs is not None:
+        if not isinstance(outputs, Sequence) or isinstance(outputs, str) or not all(
+                isinstance(o, str) for o in outputs):
+            raise ArtifactError("manifest: outputs must be a list of names")
+        for k in kernels:
+            written = {a.name for a in k.args_with_role("output")}
+            unknown = sorted(written - set(outputs))
+            if unknown:
+                raise ArtifactError(f"manifest: kernel {k.name!r} writes {unknown}, "
+                                    f"which are not in outputs {list(outputs)}")
+        produced = set().union(*({a.name for a in k.args_with_role("output")} for k in kernels))
+        missing = [o for o in outputs if o not in produced]
+        if missing:
+            raise ArtifactError(f"manifest: outputs {missing} are written by no kernel")
+    return kernels
+
+
+def content_hash(manifest: Mapping[str, Any], ptx_text: Mapping[str, str]) -> str:
+    """SHA-256 of the manifest (sorted keys, no ``hash``) and the PTX files in kernel order."""
+    body = {k: v for k, v in manifest.items() if k != "hash"}
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                       default=str).encode())
+    seen: list[str] = []
+    for k in body.get("kernels", ()):
+        ptx = k.get("ptx", DEFAULT_PTX) if isinstance(k, Mapping) else DEFAULT_PTX
+        if ptx not in seen:
+            seen.append(ptx)
+    for name in seen:
+        digest.update(b"\0" + name.encode() + b"\0")
+        digest.update(ptx_text.get(name, "").encode())
+    return digest.hexdigest()
+
+
+# --- reading and writing -------------------------------------------------------------------
+
+def load_artifact(path: str | os.PathLike[str], verify: bool = True) -> Artifact:
+    """Read an artifact directory (or its ``manifest.json``) and check it.
+
+    ``verify`` recomputes the content hash when the manifest has one and raises
+    :class:`ArtifactError` if the files do not match it.
+    """
+    p = Path(path)
+    if p.is_file() and p.name == MANIFEST:
+        p = p.parent
+    mpath = p / MANIFEST
+    if not mpath.is_file():
+        raise ArtifactError(f"{p}: not an artifact directory (no {MANIFEST})")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as err:
+        raise ArtifactError(f"{mpath}: not valid JSON ({err})") from None
+    kernels = validate_manifest(manifest)
+    ptx_text: dict[str, str] = {}
+    for k in kernels:
+        if k.ptx in ptx_text:
+            continue
+        fpath = p / k.ptx
+        if not fpath.is_file():
+            raise ArtifactError(f"{p}: kernel {k.name!r} names {k.ptx!r}, which is missing")
+        ptx_text[k.ptx] = fpath.read_text()
+        if f".entry {k.name}" not in ptx_text[k.ptx] and f".entry {k.name}(" not in \
+                ptx_text[k.ptx]:
+            raise ArtifactError(f"{fpath}: no .entry {k.name!r} in the PTX")
+    if verify and manifest.get("hash"):
+        expect = content_hash(manifest, ptx_text)
+        if expect != manifest["hash"]:
+            raise ArtifactError(f"{p}: content hash mismatch (manifest {manifest['hash'][:12]}, "
+                                f"files {expect[:12]}): the artifact was changed after it was "
+                                "written")
+    return Artifact(path=p.resolve(), manifest=manifest, kernels=kernels, ptx_text=ptx_text)
+
+
+def write_artifact(path: str | os.PathLike[str], ptx: str | Mapping[str, str],
+                   manifest: Mapping[str, Any]) -> Path:
+    """Write ``manifest.json`` and the PTX file(s) into ``path`` (created if needed).
+
+    ``ptx`` is the PTX text (written to the file every kernel names, ``kernel.ptx`` by default)
+    or a mapping file name -> text.  ``format`` and ``dtype`` are filled in when absent, the
+    manifest is validated, and ``hash`` is computed; the written manifest is returned by
+    :func:`load_artifact` unchanged.  Returns the directory.
+    """
+    body = copy.deepcopy(dict(manifest))
+    body.setdefault("format", FORMAT)
+    body.setdefault("dtype", "float32")
+    body.pop("hash", None)
+    kernels = validate_manifest(body)
+    names = []
+    for k in kernels:
+        if k.ptx not in names:
+            names.append(k.ptx)
+    if isinstance(ptx, str):
+        if len(names) != 1:
+            raise ArtifactError(f"the kernels name several PTX files {names}: pass a mapping")
+        files = {names[0]: ptx}
+    else:
+        files = dict(ptx)
+        missing = [n for n in names if n not in files]
+        if missing:
+            raise ArtifactError(f"no PTX given for {missing}")
+    body["hash"] = content_hash(body, files)
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (out / name).write_text(text)
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(body, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.replace(out / MANIFEST)
+    return out

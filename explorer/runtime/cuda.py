@@ -1,0 +1,412 @@
+"""Runtime stage, CUDA side: launch an artifact's PTX on the GPU through CuPy.
+
+``CudaKernel.from_artifact(artifact)`` gives a callable ``kernel(**arrays) -> outputs``.  Arrays
+follow the canonical shape rules of :mod:`explorer.runtime.shapes` (time is the last axis, batch
+dimensions broadcast) and may be NumPy arrays (copied to the device and back), CuPy arrays or
+PyTorch CUDA tensors (shared with the kernel through DLPack, no copy when already contiguous
+float32).  The results come back as the same kind of array as the inputs.
+
+The launch follows the kernel ABI of the artifact manifest: one pointer per input, parameter,
+initial state and output, then ``int64`` C, N, L; ``block`` from the manifest and
+``grid_x = ceil(C * N / sequences_per_block)``; the manifest's dynamic shared memory.
+
+Only NumPy and CuPy are imported (CuPy lazily, so this module imports on a machine without a
+GPU); never MLIR or sympy.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from explorer.errors import LaunchError, RecurrenceError
+from explorer.runtime.artifact import ArgInfo, Artifact, KernelInfo, load_artifact
+from explorer.runtime.shapes import ArgSpec, marshal, resolve
+
+#: CUDA's limit on gridDim.x
+MAX_GRID_X = 2**31 - 1
+#: dynamic shared memory a kernel may use without raising its attribute
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        cp = _cupy()
+        return int(cp.cuda.runtime.getDeviceCount()) > 0
+    except Exception:
+        return False
+
+
+# --- array kinds -----------------------------------------------------------------------------
+
+def array_kind(x: Any) -> str:
+    """'torch', 'cupy' or 'numpy' (anything else is treated as NumPy-convertible)."""
+    mod = type(x).__module__ or ""
+    if mod.startswith("torch"):
+        return "torch"
+    if mod.startswith("cupy"):
+        return "cupy"
+    return "numpy"
+
+
+def _result_kind(arrays: Mapping[str, Any]) -> tuple[str, Any]:
+    """The kind of array to return and, for torch, a template tensor (device)."""
+    kinds = {name: array_kind(v) for name, v in arrays.items()}
+    for name, k in kinds.items():
+        if k == "torch":
+            return "torch", arrays[name]
+    if "cupy" in kinds.values():
+        return "cupy", None
+    return "numpy", None
+
+
+def check_array_dtype(name: str, x: Any, cast: bool) -> None:
+    """Refuse, before anything is copied or launched, an array the kernel cannot take."""
+    if isinstance(x, (bool, np.bool_)):
+        raise RecurrenceError(f"{name} is a bool; give float32 numbers")
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return  # Python/NumPy scalars become float32 parameters
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        raise RecurrenceError(f"{name} must be an array (NumPy, CuPy or a torch tensor), "
+                              f"got {type(x).__name__}")
+    text = str(dtype).replace("torch.", "")
+    if text == "float32":
+        return
+    if cast and text in ("float64", "float16", "bfloat16", "int32", "int64", "int16", "int8",
+                         "uint8"):
+        return
+    raise RecurrenceError(f"{name} has dtype {text}; the kernel takes float32 "
+                          f"(convert with .astype(np.float32) / .float(), or pass cast=True)")
+
+
+def _to_cupy(name: str, x: Any, cast: bool) -> Any:
+    cp = _cupy()
+    kind = array_kind(x)
+    if kind == "torch":
+        if x.requires_grad:
+            x = x.detach()
+        if not x.is_cuda:
+            x = x.numpy()
+        else:
+            if cast and x.dtype != _torch_float32():
+                x = x.float()
+            with cp.cuda.Device(x.device.index):
+                return cp.from_dlpack(x)
+    if kind == "cupy":
+        return x if not cast else x.astype(cp.float32, copy=False)
+    arr = np.asarray(x)
+    if cast:
+        arr = arr.astype(np.float32, copy=False)
+    return cp.asarray(arr, dtype=cp.float32)
+
+
+def _torch_float32() -> Any:
+    import torch
+
+    return torch.float32
+
+
+def _from_cupy(x: Any, kind: str, template: Any) -> Any:
+    if kind == "cupy":
+        return x
+    if kind == "numpy":
+        return _cupy().asnumpy(x)
+    import torch
+
+    if template is not None and not template.is_cuda:
+        return torch.from_numpy(_cupy().asnumpy(x))
+    return torch.from_dlpack(x)
+
+
+# --- modules ---------------------------------------------------------------------------------
+
+_MODULES: dict[tuple[str, str, int], Any] = {}
+_MODULES_LOCK = threading.Lock()
+
+
+def _module(artifact: Artifact, kernel: KernelInfo) -> Any:
+    """The loaded CuPy module holding ``kernel`` (cached per PTX content and device)."""
+    cp = _cupy()
+    device = cp.cuda.Device().id
+    text = artifact.ptx_text.get(kernel.ptx, "")
+    key = (artifact.hash or str(hash(text)), kernel.ptx, device)
+    with _MODULES_LOCK:
+        mod = _MODULES.get(key)
+        if mod is None:
+            if artifact.path is not None and (artifact.path / kernel.ptx).is_file():
+                path = str(artifact.path / kernel.ptx)
+            else:
+                fd, path = tempfile.mkstemp(suffix=".ptx", prefix="scanweaver-")
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(text)
+            try:
+                mod = cp.RawModule(path=path)
+            except Exception as err:  # the driver's PTX JIT refused the module
+                raise LaunchError(f"loading {kernel.ptx} ({kernel.name}) failed: {err}") from err
+            _MODULES[key] = mod
+    return mod
+
+
+# --- the kernel ------------------------------------------------------------------------------
+
+@dataclass
+class Launch:
+    """Everything one call needs, on the device: arguments bound, outputs allocated.
+
+    ``launch()`` enqueues the kernels without waiting (what a benchmark times); ``result()``
+    waits and returns the outputs in the caller's kind and shape.
+    """
+
+    owner: CudaKernel
+    C: int
+    N: int
+    L: int
+    batch: tuple[int, ...]
+    inputs: dict[str, Any]
+    h0: dict[str, Any]
+    outputs: dict[str, Any]
+    kind: str = "cupy"
+    template: Any = None
+    stream: Any = None
+    _bound: list[tuple[KernelInfo, Any, tuple[int, int, int], tuple[Any, ...]]] = field(
+        default_factory=list, repr=False)
+
+    def launch(self, stream: Any = None) -> None:
+        s = stream if stream is not None else self.stream
+        for kernel, func, grid, args in self._bound:
+            self.owner._launch_one(kernel, func, grid, args, s)
+
+    def synchronize(self) -> None:
+        cp = _cupy()
+        try:
+            if self.stream is not None:
+                self.stream.synchronize()
+            else:
+                cp.cuda.get_current_stream().synchronize()
+        except Exception as err:
+            kernel, _, grid, _ = self._bound[-1] if self._bound else (None, None, (0, 0, 0), ())
+            raise self.owner._launch_error(kernel, grid, err, after=True) from err
+
+    def result(self) -> Any:
+        self.synchronize()
+        outs = {}
+        for name in self.owner.output_names:
+            lane = self.owner.output_lane[name]
+            arr = self.outputs[name]
+            shaped = arr.reshape((*self.batch, self.N, self.L) if lane else (*self.batch, self.L))
+            outs[name] = _from_cupy(shaped, self.kind, self.template)
+        if len(outs) == 1:
+            return next(iter(outs.values()))
+        return outs
+
+
+class CudaKernel:
+    """A compiled artifact ready to run on the current CUDA device."""
+
+    def __init__(self, artifact: Artifact, cast: bool = False, poison: bool = False) -> None:
+        self.artifact = artifact
+        self.cast = cast
+        self.poison = poison
+        kernels = artifact.kernels
+        specs: dict[str, ArgSpec] = {}
+        h0: dict[str, ArgInfo] = {}
+        outputs: dict[str, ArgInfo] = {}
+        for k in kernels:
+            for a in k.args:
+                if a.role in ("input", "param"):
+                    spec = ArgSpec(a.name, a.role == "input", a.lane)
+                    if specs.setdefault(a.name, spec) != spec:
+                        raise LaunchError(f"{a.name} is described differently by two kernels")
+                elif a.role == "h0":
+                    h0.setdefault(a.name, a)
+                elif a.role == "output":
+                    outputs.setdefault(a.name, a)
+        self.specs = tuple(specs.values())
+        self.h0_args = h0
+        order = list(artifact.outputs) or list(outputs)
+        self.output_names = tuple(o for o in order if o in outputs)
+        self.output_args = outputs
+        self.output_lane = {n: outputs[n].lane for n in self.output_names}
+        self.vector = artifact.vector or any(a.lane for a in outputs.values())
+
+    @classmethod
+    def from_artifact(cls, artifact: Artifact | str | os.PathLike[str], cast: bool = False,
+                      poison: bool = False) -> CudaKernel:
+        """From a loaded :class:`Artifact` or the path of an artifact directory."""
+        if not isinstance(artifact, Artifact):
+            artifact = load_artifact(artifact)
+        return cls(artifact, cast=cast, poison=poison)
+
+    # names the caller may pass
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.specs)
+
+    @property
+    def h0_names(self) -> tuple[str, ...]:
+        """Keyword names of the initial states: ``<state>0`` (``h0`` for the state ``h``)."""
+        return tuple(f"{s}0" for s in self.h0_args)
+
+    def __repr__(self) -> str:
+        return (f"CudaKernel({self.artifact.describe()}, inputs={list(self.input_names)}, "
+                f"outputs={list(self.output_names)})")
+
+    def __call__(self, **arrays: Any) -> Any:
+        run = self.prepare(**arrays)
+        run.launch()
+        return run.result()
+
+    def prepare(self, stream: Any = None, **arrays: Any) -> Launch:
+        """Check, marshal and bind the arrays; allocate the outputs.  Launches nothing."""
+        cp = _cupy()
+        known = set(self.input_names) | set(self.h0_names)
+        extra = sorted(set(arrays) - known)
+        if extra:
+            raise RecurrenceError(
+                f"unexpected array{'s' * (len(extra) > 1)}: {', '.join(extra)} (the kernel "
+                f"reads {', '.join(self.input_names)}"
+                + (f"; initial states {', '.join(self.h0_names)}" if self.h0_names else "")
+                + ")")
+        missing = [n for n in self.input_names if n not in arrays]
+        if missing:
+            raise RecurrenceError(f"missing array{'s' * (len(missing) > 1)}: "
+                                  f"{', '.join(missing)}")
+        for name, value in arrays.items():
+            check_array_dtype(name, value, self.cast)
+        kind, template = _result_kind(arrays)
+        if kind == "torch" and stream is None and template is not None and template.is_cuda:
+            import torch
+
+            stream = cp.cuda.ExternalStream(torch.cuda.current_stream(template.device)
+                                            .cuda_stream)
+        # the spec list: inputs/params, then the initial states that were given
+        specs = list(self.specs)
+        for state, info in self.h0_args.items():
+            if f"{state}0" in arrays:
+                specs.append(ArgSpec(f"{state}0", False, info.lane))
+        # shape checks on the host first (no device work for a wrong call)
+        resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()})
+        device_arrays = {n: _to_cupy(n, v, self.cast) for n, v in arrays.items()}
+        with _stream_ctx(stream):
+            m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, vector=self.vector)
+            C, N, L = m.C, m.N, m.L
+            h0 = {}
+            for state, info in self.h0_args.items():
+                key = f"{state}0"
+                if key in m.arrays:
+                    h0[state] = m.arrays[key]
+                else:
+                    h0[state] = cp.zeros((C, N) if info.lane else (C,), dtype=cp.float32)
+            outputs = {}
+            for name, info in self.output_args.items():
+                shape = (C, N, L) if info.lane else (C, L)
+                outputs[name] = (cp.full(shape, np.nan, dtype=cp.float32) if self.poison
+                                 else cp.empty(shape, dtype=cp.float32))
+        run = Launch(owner=self, C=C, N=N, L=L, batch=m.batch,
+                     inputs={s.name: m.arrays[s.name] for s in self.specs}, h0=h0,
+                     outputs=outputs, kind=kind, template=template, stream=stream)
+        if C * N == 0 or L == 0:
+            return run  # nothing to compute: empty outputs, no launch
+        sizes = {"C": np.int64(C), "N": np.int64(N), "L": np.int64(L)}
+        for k in self.artifact.kernels:
+            grid = k.grid(C, N)
+            args: list[Any] = []
+            for a in k.args:
+                if a.role in ("input", "param"):
+                    args.append(run.inputs[a.name])
+                elif a.role == "h0":
+                    args.append(h0[a.name])
+                elif a.role == "output":
+                    args.append(outputs[a.name])
+                else:
+                    args.append(sizes[a.name])
+            if grid[0] > MAX_GRID_X:
+                raise self._launch_error(k, grid, f"grid_x {grid[0]} exceeds CUDA's limit "
+                                         f"{MAX_GRID_X} (C*N={C * N} sequences)")
+            func = _module(self.artifact, k).get_function(k.name)
+            if k.shared_bytes > DEFAULT_SHARED_LIMIT:
+                try:
+                    func.max_dynamic_shared_size_bytes = k.shared_bytes
+                except Exception as err:
+                    raise self._launch_error(k, grid, err) from err
+            run._bound.append((k, func, grid, tuple(args)))
+        return run
+
+    # --- errors ------------------------------------------------------------------------------
+
+    def _launch_error(self, kernel: KernelInfo | None, grid: tuple[int, int, int],
+                      err: object, after: bool = False) -> LaunchError:
+        name = kernel.name if kernel else "?"
+        block = list(kernel.block) if kernel else []
+        shared = kernel.shared_bytes if kernel else 0
+        when = "while running" if after else "launching"
+        msg = (f"CUDA error {when} kernel {name!r} (grid {list(grid)}, block {block}, "
+               f"dynamic shared memory {shared} bytes) from artifact {self.artifact.path}: {err}")
+        if after:
+            msg += ("\n(an error raised by a running kernel, such as an illegal address, "
+                    "leaves the CUDA context unusable; restart the process)")
+        exc = LaunchError(msg)
+        exc.kernel = name  # type: ignore[attr-defined]
+        exc.grid = tuple(grid)  # type: ignore[attr-defined]
+        exc.block = tuple(block)  # type: ignore[attr-defined]
+        exc.shared_bytes = shared  # type: ignore[attr-defined]
+        return exc
+
+    def _launch_one(self, kernel: KernelInfo, func: Any, grid: tuple[int, int, int],
+                    args: tuple[Any, ...], stream: Any) -> None:
+        try:
+            func(grid, kernel.block, args, shared_mem=kernel.shared_bytes, stream=stream)
+        except Exception as err:
+            raise self._launch_error(kernel, grid, err) from err
+
+
+class _stream_ctx:
+    """``with stream:`` when a stream is given, nothing otherwise."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> None:
+        if self.stream is not None:
+            self.stream.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stream is not None:
+            self.stream.__exit__(*exc)
+
+
+class _ShapeOnly:
+    """A stand-in with an array's shape and dtype: lets the shape rules run with no copy."""
+
+    def __init__(self, x: Any) -> None:
+        if isinstance(x, (int, float, np.integer, np.floating)):
+            self.shape: tuple[int, ...] = ()
+            self.dtype = np.dtype(np.float32)
+        else:
+            self.shape = tuple(int(s) for s in x.shape)
+            text = str(x.dtype).replace("torch.", "")
+            # the dtype was checked already; bfloat16 has no NumPy name
+            self.dtype = np.dtype(np.float32) if text == "bfloat16" else np.dtype(text)
+
+
+def run_artifact(path: str | os.PathLike[str] | Artifact, **arrays: Any) -> Any:
+    """Load an artifact and run it once: ``run_artifact("out/", a=a, b=b)``."""
+    return CudaKernel.from_artifact(path)(**arrays)
+
+
+__all__ = ["CudaKernel", "Launch", "gpu_available", "run_artifact", "array_kind",
+           "check_array_dtype"]
