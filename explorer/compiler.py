@@ -1,0 +1,386 @@
+"""The driver: runs the stages in order and keeps every one of them on the result.
+
+    text ──parse──▶ Recurrence ──decompose──▶ AffineForm ──plan──▶ ScanPlan ──codegen──▶ MLIR
+         ──passes (IR after each)──▶ LLVM IR ──▶ PTX            (target="cuda")
+         ──passes (IR after each)──▶ LLVM IR for the host         (target="cpu")
+
+`compile` returns a :class:`Compiled`; its ``stages`` is an ordered dict name -> :class:`Stage`
+(recurrence, affine, plan, mlir, one entry per pass, llvm, and ptx for CUDA), ``passes`` the pass
+records.  The widget reads these records and never recomputes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from explorer import __version__
+from explorer.errors import OptionError
+from explorer.frontend.recurrence import Recurrence
+from explorer.passes.affine import AffineForm, decompose
+from explorer.passes.plans import MAX_DOT_POSITIONS, ScanPlan, make_plan
+from explorer.reference import arg_specs, h0_specs
+
+#: the picture of the plan is drawn for this many positions (the kernel's tile is larger)
+PLAN_PICTURE_N = 16
+
+
+@dataclass
+class Stage:
+    """One step of the lowering: its text, how long it took, and a graph where one exists."""
+
+    name: str
+    text: str
+    seconds: float
+    dot: str | None = None
+    kind: str = "text"  # text | mlir | llvm | ptx
+
+    def as_text(self) -> str:
+        return self.text
+
+
+@dataclass
+class PassRecord:
+    """One MLIR pass: its name, the IR after it, its time, and whether it changed the IR."""
+
+    name: str
+    ir: str
+    seconds: float
+    changed: bool
+
+
+@dataclass
+class Compiled:
+    """Everything the compiler produced for one recurrence, strategy, target and options."""
+
+    recurrence: Recurrence
+    form: AffineForm
+    plan: ScanPlan
+    strategy: str
+    target: str
+    options: dict[str, Any]
+    stages: OrderedDict[str, Stage]
+    passes: list[PassRecord]
+    kernel: dict[str, Any]  # the manifest's kernel entry: name, block, args, ...
+    final_module: str  # the fully lowered module (llvm dialect): what the CPU path runs
+    ptx: str | None
+    llvm_ir: str
+    ptx_info: dict[str, Any] | None
+    key: str
+    from_cache: bool = False
+    _device: str | None = field(default=None, repr=False)
+    _runners: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    # -- views ---------------------------------------------------------------------------------
+    @property
+    def stage_names(self) -> list[str]:
+        return list(self.stages)
+
+    def sass(self) -> str | None:
+        """SASS disassembly of the PTX (computed now; None without ptxas/nvdisasm)."""
+        if self.ptx is None:
+            return None
+        from explorer.codegen.ptxas import sass
+
+        return sass(self.ptx, self.options["chip"])
+
+    # -- running -------------------------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        """'cuda' when this is a CUDA compile and a GPU is present, else 'cpu'."""
+        if self._device is not None:
+            return self._device
+        if self.target == "cuda" and _gpu_available():
+            return "cuda"
+        return "cpu"
+
+    @device.setter
+    def device(self, value: str | None) -> None:
+        if value not in (None, "cuda", "cpu"):
+            raise OptionError(f"device must be 'cuda' or 'cpu', got {value!r}")
+        if value == "cuda" and self.target != "cuda":
+            raise OptionError("this compile targets the CPU; compile with target='cuda'")
+        self._device = value
+
+    def __call__(self, device: str | None = None, L: int | None = None, **arrays: Any) -> Any:
+        """Run on ``device`` (default: :attr:`device`); time is the last axis of every input."""
+        dev = device or self.device
+        return self.runner(dev)(L=L, **arrays)
+
+    def runner(self, device: str) -> Callable[..., Any]:
+        if device not in self._runners:
+            if device == "cuda":
+                if self.target != "cuda":
+                    raise OptionError("this compile targets the CPU; compile with target='cuda'")
+                from explorer.runtime.artifact import Artifact
+                from explorer.runtime.cuda import CudaKernel
+
+                self._runners[device] = CudaKernel.from_artifact(
+                    Artifact.from_parts(self.manifest(), self.ptx or ""))
+            elif device == "cpu":
+                cpu = self if self.target == "cpu" else compile(
+                    self.recurrence, target="cpu", strategy=self.strategy,
+                    **{k: v for k, v in self.options.items() if k != "chip"})
+                self._runners[device] = _CpuRunner(cpu)
+            else:
+                raise OptionError(f"device must be 'cuda' or 'cpu', got {device!r}")
+        return self._runners[device]
+
+    # -- artifacts -----------------------------------------------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        if self.target != "cuda" or self.ptx is None:
+            raise OptionError("only CUDA compiles make artifacts (compile with target='cuda')")
+        from explorer.codegen import tool_versions
+
+        return {
+            "format": "scanweaver-artifact/1",
+            "recurrence": self.recurrence.text,
+            "strategy": self.strategy,
+            "options": self.options,
+            "chip": self.options["chip"],
+            "dtype": self.options.get("dtype", "float32"),
+            "kernels": [dict(self.kernel, ptx="kernel.ptx")],
+            "outputs": list(self.form.outputs),
+            "vector": self.form.vector,
+            "lane_outputs": [o for o in self.form.outputs if self.form.output_is_lane(o)],
+            "versions": {"explorer": __version__, **tool_versions()},
+            "key": self.key,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the artifact (PTX + manifest.json) to the directory ``path``."""
+        from explorer.runtime.artifact import write_artifact
+
+        return write_artifact(Path(path), self.ptx or "", self.manifest())
+
+
+class _CpuRunner:
+    def __init__(self, compiled: Compiled) -> None:
+        self.compiled = compiled
+
+    def __call__(self, L: int | None = None, **arrays: Any) -> Any:
+        import numpy as np
+
+        from explorer.runtime.cpu import run_cpu
+        from explorer.runtime.shapes import marshal
+
+        c = self.compiled
+        rec = c.recurrence
+        specs = arg_specs(rec)
+        h0 = {k: arrays.pop(k) for k in [s.name for s in h0_specs(rec)]
+              if k in arrays and k not in rec.inputs + rec.params}
+        m = marshal(specs, arrays, L=L, vector=rec.vector)
+        for spec in h0_specs(rec):
+            if spec.name in h0:
+                v = np.broadcast_to(np.asarray(h0[spec.name], dtype=np.float32),
+                                    (*m.batch, m.N) if rec.vector else m.batch)
+                m.arrays[spec.name] = np.ascontiguousarray(v.reshape((m.C, m.N) if rec.vector
+                                                                     else (m.C,)))
+            else:
+                m.arrays[spec.name] = np.zeros((m.C, m.N) if rec.vector else (m.C,), np.float32)
+        raw = run_cpu(c.final_module, c.kernel["args"], m.arrays, m.C, m.N, m.L)
+        out = {name: m.unflatten(raw[name], c.form.output_is_lane(name))
+               for name in c.form.outputs}
+        return next(iter(out.values())) if len(out) == 1 else out
+
+
+def _gpu_available() -> bool:
+    try:
+        from explorer.runtime.cuda import gpu_available
+    except ImportError:
+        return False
+    return gpu_available()
+
+
+# ------------------------------------------------------------------------------------------------
+# compile
+# ------------------------------------------------------------------------------------------------
+_MEMORY: OrderedDict[str, Compiled] = OrderedDict()
+_MEMORY_LIMIT = 64
+_LOCK = threading.Lock()
+
+
+def cache_dir() -> Path:
+    """Where compiled results are kept: $SCANWEAVER_CACHE, else ~/.cache/scanweaver."""
+    root = os.environ.get("SCANWEAVER_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "scanweaver")
+    return Path(root)
+
+
+def compile(rec: Recurrence | str, target: str = "cuda", strategy: str = "blelloch",
+            cache: bool = True, **options: Any) -> Compiled:
+    """Compile a recurrence (or its text) for ``target`` with the scan ``strategy``.
+
+    Options: ``block_size`` (power of two), ``elements_per_thread`` (power of two), ``chip``
+    (``sm_80``, ``sm_90``, ...), ``dtype`` ('float32').  Raises :class:`RecurrenceError` for bad
+    text, :class:`OptionError` for bad options (before any compile), :class:`CompileError` when a
+    pass fails.
+    """
+    from explorer.codegen.options import validate
+
+    opts = validate(strategy, target, **options)
+    t0 = time.perf_counter()
+    if isinstance(rec, str):
+        rec = Recurrence.parse(rec)
+    elif not isinstance(rec, Recurrence):
+        raise TypeError(f"compile() takes a Recurrence or its text, not {type(rec).__name__}")
+    t_parse = time.perf_counter() - t0
+    opt_dict = asdict(opts) if hasattr(opts, "__dataclass_fields__") else dict(opts)
+    key = _key(rec.text, opt_dict)
+    if cache:
+        hit = _from_memory(key) or _from_disk(key, rec)
+        if hit is not None:
+            return hit
+    compiled = _compile(rec, opts, opt_dict, key, t_parse)
+    if cache:
+        _remember(compiled)
+        _to_disk(compiled)
+    return compiled
+
+
+def _key(text: str, options: dict[str, Any]) -> str:
+    from explorer.codegen import tool_versions
+
+    blob = json.dumps({"text": text, "options": options, "explorer": __version__,
+                       "tools": tool_versions()}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
+             t_parse: float) -> Compiled:
+    from explorer.codegen.kernels import build_module
+    from explorer.codegen.pipeline import lower
+
+    stages: OrderedDict[str, Stage] = OrderedDict()
+    stages["recurrence"] = Stage("recurrence", rec.summary(), t_parse, rec.dependence_dot())
+
+    t0 = time.perf_counter()
+    form = decompose(rec)
+    stages["affine"] = Stage("affine", form.as_text(), time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    tile = opts.block_size * opts.elements_per_thread
+    n = tile if opts.strategy == "blelloch" else opts.block_size
+    plan = make_plan(opts.strategy, n)
+    picture = make_plan(opts.strategy, min(PLAN_PICTURE_N, MAX_DOT_POSITIONS))
+    text = plan.as_text()
+    if opts.strategy == "blelloch":
+        text = (f"each block scans tiles of {tile} elements ({opts.block_size} threads x "
+                f"{opts.elements_per_thread}), carrying the running prefix between tiles\n\n"
+                + text)
+    else:
+        text = "one thread per sequence walks the time axis in order\n\n" + text
+    stages["plan"] = Stage("plan", text, time.perf_counter() - t0, picture.to_dot())
+
+    t0 = time.perf_counter()
+    built = build_module(form, opts)
+    stages["mlir"] = Stage("mlir", built.text, time.perf_counter() - t0, kind="mlir")
+
+    lowered = lower(built, opts)
+    passes = [PassRecord(p.name, p.ir, p.seconds, p.changed) for p in lowered.passes]
+    for i, p in enumerate(passes):
+        name = p.name if p.name not in stages else f"{p.name} #{i}"
+        stages[name] = Stage(name, p.ir, p.seconds, kind="mlir")
+    stages["llvm"] = Stage("llvm", lowered.llvm_ir, 0.0, kind="llvm")
+    ptx_info = None
+    if opts.target == "cuda" and lowered.ptx is not None:
+        stages["ptx"] = Stage("ptx", lowered.ptx, 0.0, kind="ptx")
+        from explorer.codegen.ptxas import ptxas_info
+
+        ptx_info = ptxas_info(lowered.ptx, opts.chip)
+    kernel = {"name": built.kernel_name, "block": list(built.block),
+              "sequences_per_block": built.sequences_per_block,
+              "shared_bytes": built.shared_bytes, "args": built.args}
+    return Compiled(rec, form, make_plan(opts.strategy, n), opts.strategy, opts.target, opt_dict,
+                    stages, passes, kernel, lowered.final_module, lowered.ptx, lowered.llvm_ir,
+                    ptx_info, key)
+
+
+# -- the cache ----------------------------------------------------------------------------------
+def _from_memory(key: str) -> Compiled | None:
+    with _LOCK:
+        hit = _MEMORY.get(key)
+        if hit is not None:
+            _MEMORY.move_to_end(key)
+        return hit
+
+
+def _remember(c: Compiled) -> None:
+    with _LOCK:
+        _MEMORY[c.key] = c
+        while len(_MEMORY) > _MEMORY_LIMIT:
+            _MEMORY.popitem(last=False)
+
+
+def _payload(c: Compiled) -> dict[str, Any]:
+    return {
+        "strategy": c.strategy, "target": c.target, "options": c.options,
+        "stages": [asdict(s) for s in c.stages.values()],
+        "passes": [asdict(p) for p in c.passes],
+        "kernel": c.kernel, "final_module": c.final_module, "ptx": c.ptx,
+        "llvm_ir": c.llvm_ir, "ptx_info": c.ptx_info,
+    }
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _to_disk(c: Compiled) -> None:
+    payload = _payload(c)
+    entry = {"key": c.key, "sha256": _digest(payload), "payload": payload}
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f)
+        os.replace(tmp, folder / f"{c.key}.json")
+    except OSError:
+        pass  # a read-only home is no reason to fail a compile
+
+
+def _from_disk(key: str, rec: Recurrence) -> Compiled | None:
+    path = cache_dir() / f"{key}.json"
+    if not path.exists():
+        return None
+    try:
+        entry = json.loads(path.read_text())
+        payload = entry["payload"]
+        if entry.get("key") != key or entry.get("sha256") != _digest(payload):
+            raise ValueError("checksum mismatch")
+        stages = OrderedDict((s["name"], Stage(**s)) for s in payload["stages"])
+        passes = [PassRecord(**p) for p in payload["passes"]]
+        opts = payload["options"]
+        tile = opts["block_size"] * opts["elements_per_thread"]
+        n = tile if payload["strategy"] == "blelloch" else opts["block_size"]
+        c = Compiled(rec, decompose(rec), make_plan(payload["strategy"], n), payload["strategy"],
+                     payload["target"], opts, stages, passes, payload["kernel"],
+                     payload["final_module"], payload["ptx"], payload["llvm_ir"],
+                     payload["ptx_info"], key, from_cache=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        # a damaged entry is never trusted: drop it and compile again
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+    _remember(c)
+    return c
+
+
+def clear_cache() -> None:
+    """Forget every compiled result, in memory and on disk."""
+    with _LOCK:
+        _MEMORY.clear()
+    shutil.rmtree(cache_dir(), ignore_errors=True)

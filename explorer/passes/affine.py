@@ -1,0 +1,239 @@
+"""Stage 2, affine decomposition: `Recurrence` -> `AffineForm` (sympy).
+
+Every state update is affine in the past of the states, so the whole system is
+
+    s_t = A_t s_{t-1} + b_t
+
+with ``s`` the state vector: one entry per state and lag (a recurrence of order k contributes
+``h[t], h[t-1], ..., h[t-k+1]``: the companion form).  ``A_t`` and ``b_t`` depend only on the
+inputs at time t and the parameters, which is what makes the scan parallel: the pairs
+``(A_t, b_t)`` compose with the associative operator
+
+    (A2, b2) o (A1, b1) = (A2 A1, A2 b1 + b2)        identity (I, 0)
+
+For a vector state (axis n) the system holds per lane: ``A_t`` is diagonal across lanes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import sympy
+
+from explorer.frontend.recurrence import Binary, Call, Expr, Num, Recurrence, Ref, Unary
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+class LaneSum(sympy.Function):
+    """sum over the state axis n (only in readouts of vector recurrences)."""
+
+    nargs = 1
+
+    def _latex(self, printer: sympy.printing.latex.LatexPrinter) -> str:
+        return r"\sum_{n} \left(" + printer._print(self.args[0]) + r"\right)"
+
+    def _sympystr(self, printer: sympy.printing.str.StrPrinter) -> str:
+        return f"sum({printer._print(self.args[0])})"
+
+
+def symbol(name: str) -> sympy.Symbol:
+    """The sympy symbol that stands for an input or a parameter."""
+    return sympy.Symbol(name, real=True)
+
+
+def _state_symbol(name: str, lag: int) -> sympy.Symbol:
+    return sympy.Symbol(f"{name}[t]" if lag == 0 else f"{name}[t-{lag}]", real=True)
+
+
+def to_sympy(expr: Expr, states: Mapping[tuple[str, int], sympy.Symbol]) -> sympy.Expr:
+    """Translate the language's expression tree into sympy (sigmoid and softplus expanded)."""
+    if isinstance(expr, Num):
+        v = expr.value
+        return sympy.Integer(int(v)) if float(v).is_integer() and abs(v) < 2**53 else sympy.Float(v)
+    if isinstance(expr, Ref):
+        if expr.lag is not None and (expr.name, expr.lag) in states:
+            return states[(expr.name, expr.lag)]
+        return symbol(expr.name)
+    if isinstance(expr, Unary):
+        operand = to_sympy(expr.operand, states)
+        return -operand if expr.op == "-" else operand
+    if isinstance(expr, Binary):
+        left, right = to_sympy(expr.left, states), to_sympy(expr.right, states)
+        if expr.op == "+":
+            return left + right
+        if expr.op == "-":
+            return left - right
+        if expr.op == "*":
+            return left * right
+        if expr.op == "/":
+            return left / right
+        return left**right
+    args = [to_sympy(a, states) for a in expr.args]
+    f = expr.func
+    if f == "exp":
+        return sympy.exp(args[0])
+    if f == "log":
+        return sympy.log(args[0])
+    if f == "tanh":
+        return sympy.tanh(args[0])
+    if f == "sqrt":
+        return sympy.sqrt(args[0])
+    if f == "abs":
+        return sympy.Abs(args[0])
+    if f == "sigmoid":
+        return 1 / (1 + sympy.exp(-args[0]))
+    if f == "softplus":
+        return sympy.log(1 + sympy.exp(args[0]))
+    if f == "max":
+        return sympy.Max(*args)
+    if f == "min":
+        return sympy.Min(*args)
+    assert f == "sum", f
+    return LaneSum(args[0])
+
+
+@dataclass(frozen=True)
+class AffineForm:
+    """``s_t = A_t s_{t-1} + b_t`` with the readouts ``y_t = f(s_t, inputs)``."""
+
+    recurrence: Recurrence
+    components: tuple[tuple[str, int], ...]
+    A: sympy.Matrix
+    b: sympy.Matrix
+    state_symbols: tuple[sympy.Symbol, ...]
+    readouts: dict[str, sympy.Expr]
+
+    # -- shape facts -------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return len(self.components)
+
+    @property
+    def vector(self) -> bool:
+        return self.recurrence.vector
+
+    @property
+    def kind(self) -> Literal["scalar", "diagonal", "dense"]:
+        if self.size > 1:
+            return "dense"
+        return "diagonal" if self.vector else "scalar"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.recurrence.inputs
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return self.recurrence.params
+
+    @property
+    def lane_names(self) -> frozenset[str]:
+        return self.recurrence.lane_names
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.recurrence.states + self.recurrence.readouts
+
+    def output_is_lane(self, name: str) -> bool:
+        return self.vector and name in self.recurrence.states
+
+    def component_index(self, state: str) -> int:
+        """Index of ``state[t]`` in the state vector."""
+        return self.components.index((state, 0))
+
+    # -- renderings --------------------------------------------------------------------------
+    def as_text(self) -> str:
+        lane = "  (per lane n)" if self.vector else ""
+        comps = ", ".join(str(s) for s in self.state_symbols)
+        lines = [f"state s_t = [{comps}]   size {self.size}, {self.kind}{lane}",
+                 "s_t = A_t s_(t-1) + b_t", ""]
+        lines.append("A_t =")
+        lines += ["  " + row for row in sympy.pretty(self.A, use_unicode=True).splitlines()]
+        lines.append("b_t =")
+        lines += ["  " + row for row in sympy.pretty(self.b, use_unicode=True).splitlines()]
+        for name, e in self.readouts.items():
+            lines.append(f"{name}[t] = {sympy.sstr(e)}")
+        lines += ["", "combine: (A2, b2) o (A1, b1) = (A2 A1, A2 b1 + b2)    identity: (I, 0)"]
+        return "\n".join(lines)
+
+    def to_latex(self) -> dict[str, str]:
+        """LaTeX of each piece: 'state', 'A', 'b', 'update', 'combine', 'identity', readouts."""
+        s_vec = sympy.Matrix(self.state_symbols)
+        out = {
+            "state": r"s_t = " + sympy.latex(s_vec),
+            "A": r"A_t = " + sympy.latex(self.A),
+            "b": r"b_t = " + sympy.latex(self.b),
+            "update": r"s_t = A_t\, s_{t-1} + b_t",
+            "combine": r"(A_2, b_2) \circ (A_1, b_1) = (A_2 A_1,\; A_2 b_1 + b_2)",
+            "identity": r"e = (I, 0)",
+        }
+        for name, e in self.readouts.items():
+            out[f"readout {name}"] = f"{name}_t = " + sympy.latex(e)
+        return out
+
+    # -- numbers -----------------------------------------------------------------------------
+    def coefficients(self, env: Mapping[str, np.ndarray], shape: tuple[int, ...]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Numeric ``A`` (*batch, N, S, S, L) and ``b`` (*batch, N, S, L), float64.
+
+        ``env`` maps each input and parameter to an array broadcastable to
+        ``shape = batch + (N, L)`` (see :func:`explorer.runtime.shapes.canonical_views`).
+        """
+        from explorer.passes.numeric import evaluate
+
+        S = self.size
+        A = np.zeros((*shape[:-1], S, S, shape[-1]))
+        b = np.zeros((*shape[:-1], S, shape[-1]))
+        for i in range(S):
+            for j in range(S):
+                A[..., i, j, :] = evaluate(self.A[i, j], env)
+            b[..., i, :] = evaluate(self.b[i], env)
+        return A, b
+
+    @staticmethod
+    def combine(A2: np.ndarray, b2: np.ndarray, A1: np.ndarray, b1: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """``(A2, b2) o (A1, b1)``: apply element 1 first, then element 2.
+
+        ``A`` has shape (..., S, S) and ``b`` shape (..., S).
+        """
+        return A2 @ A1, np.einsum("...ij,...j->...i", A2, b1) + b2
+
+    def identity(self, batch: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+        S = self.size
+        return np.broadcast_to(np.eye(S), (*batch, S, S)).copy(), np.zeros((*batch, S))
+
+
+def decompose(rec: Recurrence) -> AffineForm:
+    """Write each state update as ``s_t = A_t s_{t-1} + b_t`` (companion form for lags > 1)."""
+    components = tuple((s, lag) for s in rec.states for lag in range(rec.order[s]))
+    # symbols of the previous state vector: (name, lag) read in an update, lag >= 1
+    prev = {(name, lag + 1): _state_symbol(name, lag + 1) for name, lag in components}
+    cur = {(name, 0): _state_symbol(name, 0) for name, lag in components if lag == 0}
+    S = len(components)
+    A = sympy.zeros(S, S)
+    b = sympy.zeros(S, 1)
+    prev_symbols = [prev[(name, lag + 1)] for name, lag in components]
+    for i, (name, lag) in enumerate(components):
+        if lag > 0:  # companion row: name[t-lag] is name[t-lag] of the previous vector
+            A[i, components.index((name, lag - 1))] = 1
+            continue
+        e = to_sympy(rec.statement(name).expr, prev)
+        zero = dict.fromkeys(prev_symbols, 0)
+        for j, sym in enumerate(prev_symbols):
+            coeff = sympy.diff(e, sym)
+            A[i, j] = _tidy(coeff)
+        b[i] = _tidy(e.subs(zero))
+    state_symbols = tuple(_state_symbol(name, lag) for name, lag in components)
+    cur_map = {**cur, **{(n, lag): _state_symbol(n, lag) for n, lag in components}}
+    readouts = {r: to_sympy(rec.statement(r).expr, cur_map) for r in rec.readouts}
+    return AffineForm(rec, components, A, b, state_symbols, readouts)
+
+
+def _tidy(e: sympy.Expr) -> sympy.Expr:
+    """Factor common terms out lightly so that A_t and b_t read like what the person wrote."""
+    return sympy.factor_terms(e)

@@ -1,0 +1,150 @@
+"""Shape rules shared by the reference, the CPU runtime and the CUDA runtime (NumPy/CuPy only).
+
+Time is the last axis.  An input indexed by time is ``(..., L)``, or ``(..., N, L)`` when it is
+indexed by the state axis n; a parameter is ``(...)``, or ``(..., N)``.  The batch dimensions
+``...`` of all arrays broadcast NumPy-style; the broadcast batch is flattened into ``C`` channels,
+so kernels see contiguous ``(C, L)``, ``(C, N, L)``, ``(C,)`` and ``(C, N)`` arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from explorer.errors import RecurrenceError
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One array argument: indexed by time? indexed by the state axis n?"""
+
+    name: str
+    timed: bool
+    lane: bool
+
+    def describe(self) -> str:
+        dims = ("..., N, L" if self.lane else "..., L") if self.timed else (
+            "..., N" if self.lane else "...")
+        return f"({dims})"
+
+
+@dataclass
+class Marshalled:
+    C: int
+    N: int
+    L: int
+    batch: tuple[int, ...]
+    arrays: dict[str, Any] = field(default_factory=dict)
+
+    def unflatten(self, out: Any, lane: bool) -> Any:
+        """(C, N, L) or (C, L) -> batch + (N, L) or batch + (L,)."""
+        return out.reshape((*self.batch, self.N, self.L) if lane else (*self.batch, self.L))
+
+
+def _shape_parts(spec: ArgSpec, shape: tuple[int, ...]) -> tuple[tuple[int, ...], int | None,
+                                                                  int | None]:
+    need = int(spec.timed) + int(spec.lane)
+    if len(shape) < need:
+        raise RecurrenceError(f"{spec.name} must have shape {spec.describe()}, got {shape}")
+    rest = list(shape)
+    L = rest.pop() if spec.timed else None
+    N = rest.pop() if spec.lane else None
+    return tuple(rest), N, L
+
+
+def check_dtype(name: str, arr: Any) -> None:
+    kind = np.dtype(arr.dtype).kind
+    if kind not in "fiu":
+        raise RecurrenceError(f"{name} has dtype {arr.dtype}; give real numbers (float32 or "
+                              "float64)")
+
+
+def resolve(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], L: int | None = None
+            ) -> tuple[tuple[int, ...], int, int]:
+    """Check the arrays against the specs; return (batch, N, L)."""
+    names = {s.name for s in specs}
+    missing = [s.name for s in specs if s.name not in arrays]
+    if missing:
+        raise RecurrenceError(f"missing array{'s' * (len(missing) > 1)}: {', '.join(missing)}")
+    extra = sorted(set(arrays) - names)
+    if extra:
+        raise RecurrenceError(f"unexpected array{'s' * (len(extra) > 1)}: {', '.join(extra)} "
+                              f"(the recurrence reads {', '.join(sorted(names))})")
+    batches: list[tuple[int, ...]] = []
+    Ns: dict[str, int] = {}
+    Ls: dict[str, int] = {}
+    for s in specs:
+        arr = arrays[s.name]
+        if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
+            raise RecurrenceError(f"{s.name} must be an array, got {type(arr).__name__}")
+        check_dtype(s.name, arr)
+        b, n, length = _shape_parts(s, tuple(arr.shape))
+        batches.append(b)
+        if n is not None:
+            Ns[s.name] = n
+        if length is not None:
+            Ls[s.name] = length
+    if len(set(Ls.values())) > 1:
+        raise RecurrenceError("the time axes (last axis) differ: "
+                              + ", ".join(f"{k}: {v}" for k, v in Ls.items()))
+    if len(set(Ns.values())) > 1:
+        raise RecurrenceError("the state axes n differ: "
+                              + ", ".join(f"{k}: {v}" for k, v in Ns.items()))
+    if Ls:
+        length = next(iter(Ls.values()))
+        if L is not None and L != length:
+            raise RecurrenceError(f"L={L} was given but the inputs have length {length}")
+    elif L is None:
+        raise RecurrenceError("no input is indexed by time: pass the length L")
+    else:
+        length = L
+    try:
+        batch = tuple(np.broadcast_shapes(*batches)) if batches else ()
+    except ValueError:
+        shown = ", ".join(f"{s.name}: {tuple(arrays[s.name].shape)} {s.describe()}"
+                          for s in specs)
+        raise RecurrenceError(f"the batch dimensions do not broadcast: {shown}") from None
+    N = next(iter(Ns.values())) if Ns else 1
+    return batch, N, int(length)
+
+
+def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
+            dtype: Any = np.float32, L: int | None = None, vector: bool = False) -> Marshalled:
+    """Broadcast every array to the canonical contiguous layout of the kernels."""
+    batch, N, length = resolve(specs, arrays, L)
+    C = math.prod(batch)
+    out = Marshalled(C, N if vector else 1, length, batch)
+    for s in specs:
+        arr = xp.asarray(arrays[s.name])
+        b, _, _ = _shape_parts(s, tuple(arr.shape))
+        # insert the batch axes this array lacks, then broadcast to the full canonical shape
+        tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
+        arr = arr.reshape((1,) * (len(batch) - len(b)) + tuple(arr.shape))
+        full = xp.broadcast_to(arr, batch + tail)
+        flat = (C, *tail)
+        out.arrays[s.name] = xp.ascontiguousarray(full.reshape(flat) if full.size else
+                                                  xp.zeros(flat), dtype=dtype)
+    return out
+
+
+def canonical_views(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], L: int | None = None,
+                    dtype: Any = np.float64) -> tuple[dict[str, np.ndarray], tuple[int, ...],
+                                                      int, int]:
+    """Views of every array as ``batch + (N or 1, L or 1)`` (no copies but the dtype cast)."""
+    batch, N, length = resolve(specs, arrays, L)
+    views: dict[str, np.ndarray] = {}
+    for s in specs:
+        arr = np.asarray(arrays[s.name], dtype=dtype)
+        b, _, _ = _shape_parts(s, arr.shape)
+        shape = list(arr.shape)
+        if not s.timed:
+            shape.append(1)
+        if not s.lane:
+            shape.insert(len(shape) - 1, 1)
+        arr = arr.reshape((1,) * (len(batch) - len(b)) + tuple(shape))
+        views[s.name] = arr
+    return views, batch, N, length
