@@ -43,8 +43,8 @@ def load(path: str) -> Any:
 
 
 def reference(rec: Any, L: int | None = None, **arrays: Any) -> Any:
-    """Float64 sequential ground truth; see :func:`explorer.reference.reference`."""
-    from explorer.reference import reference as _reference
+    """Float64 sequential ground truth; see :func:`explorer.groundtruth.reference`."""
+    from explorer.groundtruth import reference as _reference
 
     return _reference(rec, L=L, **arrays)
 

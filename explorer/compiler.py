@@ -29,7 +29,7 @@ from explorer.errors import OptionError
 from explorer.frontend.recurrence import Recurrence
 from explorer.passes.affine import AffineForm, decompose
 from explorer.passes.plans import MAX_DOT_POSITIONS, ScanPlan, make_plan
-from explorer.reference import arg_specs, h0_specs
+from explorer.groundtruth import arg_specs, h0_specs
 
 #: the picture of the plan is drawn for this many positions (the kernel's tile is larger)
 PLAN_PICTURE_N = 16
