@@ -1,0 +1,93 @@
+"""Compile options of the code generator, checked before anything is built.
+
+``validate(strategy, target, **options)`` returns a frozen :class:`Options` or raises
+:class:`explorer.errors.OptionError` naming the bad value and what is accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from explorer.errors import OptionError
+
+STRATEGIES = ("sequential", "blelloch")
+TARGETS = ("cuda", "cpu")
+DTYPES = ("float32",)
+
+# NVIDIA chips the NVPTX backend and ptxas 12/13 know, with the lowest PTX ISA version that
+# supports each: the PTX we write declares that version, so older drivers can still load it.
+CHIP_PTX = {
+    "sm_70": 60, "sm_72": 61, "sm_75": 63,
+    "sm_80": 70, "sm_86": 71, "sm_87": 74, "sm_89": 78,
+    "sm_90": 78, "sm_90a": 80,
+    "sm_100": 86, "sm_100a": 86, "sm_101": 86, "sm_101a": 86, "sm_103": 88, "sm_103a": 88,
+    "sm_120": 87, "sm_120a": 87, "sm_121": 88, "sm_121a": 88,
+}
+
+# Static shared memory a kernel may declare without opting in to more (CUDA's 48 KiB).
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything that shapes the generated code; part of the artifact's manifest."""
+
+    strategy: str = "blelloch"
+    target: str = "cuda"
+    block_size: int = 256
+    elements_per_thread: int = 4
+    chip: str = "sm_90"
+    dtype: str = "float32"
+    opt_level: int = 3
+
+    @property
+    def tile(self) -> int:
+        """Elements of one sequence handled by one block per tile (Blelloch)."""
+        return self.block_size * self.elements_per_thread
+
+    @property
+    def ptx_features(self) -> str:
+        """The ``+ptxNN`` feature string for the NVPTX backend."""
+        return f"+ptx{CHIP_PTX[self.chip]}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _power_of_two(value: object, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionError(f"{name} must be an integer power of two in [{low}, {high}], "
+                          f"got {value!r}")
+    if value < low or value > high or value & (value - 1):
+        raise OptionError(f"{name} must be a power of two in [{low}, {high}], got {value}")
+    return value
+
+
+def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -> Options:
+    """Check every option and return them as :class:`Options` (defaults filled in)."""
+    if strategy not in STRATEGIES:
+        raise OptionError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if target not in TARGETS:
+        raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    known = {"block_size", "elements_per_thread", "chip", "dtype", "opt_level"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(known))}")
+    defaults = Options()
+    block_size = _power_of_two(options.get("block_size", defaults.block_size), "block_size",
+                               32, 1024)
+    ept = _power_of_two(options.get("elements_per_thread", defaults.elements_per_thread),
+                        "elements_per_thread", 1, 16)
+    chip = options.get("chip", defaults.chip)
+    if not isinstance(chip, str) or chip not in CHIP_PTX:
+        raise OptionError(f"unknown chip {chip!r}; choose one of {', '.join(CHIP_PTX)}")
+    dtype = options.get("dtype", defaults.dtype)
+    if dtype not in DTYPES:
+        raise OptionError(f"unsupported dtype {dtype!r}; only {', '.join(DTYPES)} for now")
+    opt_level = options.get("opt_level", defaults.opt_level)
+    if isinstance(opt_level, bool) or opt_level not in (0, 1, 2, 3):
+        raise OptionError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+    return Options(strategy=strategy, target=target, block_size=block_size,
+                   elements_per_thread=ept, chip=chip, dtype=dtype, opt_level=opt_level)
