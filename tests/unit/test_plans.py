@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import explorer as ex
-from explorer.passes.plans import make_plan, run_plan
 from explorer.groundtruth import scan
+from explorer.passes.plans import make_plan, run_plan
 from tests.corpus import CASES
 
 
