@@ -1,0 +1,203 @@
+"""The Explorer widget driven from Python, on top of the real compiler (CPU machine is enough)."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
+
+import explorer as ex  # noqa: E402
+from explorer.widget import Explorer  # noqa: E402
+
+AFFINE = ex.PRESETS["affine scan"]
+
+
+@pytest.fixture(scope="module")
+def widget() -> Explorer:
+    return Explorer(AFFINE)
+
+
+def _visible_text(html_text: str) -> str:
+    return re.sub(r"<[^>]+>", "", html_text)
+
+
+def test_constructs_and_compiles(widget: Explorer) -> None:
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled is not None
+    assert widget.error_box.value == ""
+    assert list(widget.tabs.titles) == list(Explorer.TAB_TITLES)
+    assert "compiled in" in widget.status.value
+
+
+def test_every_stage_view_draws(widget: Explorer) -> None:
+    for title in Explorer.TAB_TITLES:
+        widget.show_tab(title)
+    assert "<svg" in widget.recurrence_view.graph.value
+    assert "A_t" in widget.affine_view.math.value and "circ" in widget.affine_view.math.value
+    assert "<svg" in widget.tree_view.picture.value
+    assert "work =" in widget.tree_view.info.value
+    assert 'class="sw-hl"' in widget.mlir.code.value
+    llvm = _visible_text(widget.llvm_view.code.value)
+    assert "define" in llvm
+    ptx = _visible_text(widget.ptx_view.code.value)
+    assert ".entry" in ptx
+    # the views show exactly what the compiler recorded
+    assert widget.compiled.stages["ptx"].text.splitlines()[-1].strip() in ptx
+
+
+def test_stepping_the_scan_tree_highlights_each_level(widget: Explorer) -> None:
+    widget.show_tab("Scan tree")
+    view = widget.tree_view
+    pictures = set()
+    phases = []
+    for position in range(view.step.max + 1):
+        view.step.value = position
+        pictures.add(view.picture.value)
+        phases.append(_visible_text(view.level_label.value))
+    assert len(pictures) == view.step.max + 1
+    assert any("up-sweep" in p for p in phases) and any("down-sweep" in p for p in phases)
+
+
+def test_switching_passes_changes_the_ir(widget: Explorer) -> None:
+    widget.show_tab("MLIR")
+    view = widget.mlir
+    passes = widget.compiled.passes
+    assert len(view.selector.options) == len(passes)
+    changed = [i for i, record in enumerate(passes) if record.changed]
+    assert len(changed) >= 2
+    view.select(changed[0])
+    first = view.code.value
+    view.select(changed[-1])
+    last = view.code.value
+    assert first != last
+    # what is shown is the recorded IR, character for character, once the markup is removed
+    assert html.unescape(_visible_text(last)).strip() == passes[changed[-1]].ir.strip()
+    # the slider follows the dropdown
+    assert view.slider.value == view._visible.index(changed[-1])
+    view.slider.value = view._visible.index(changed[0])
+    assert view.selected == changed[0]
+    assert view.code.value == first
+
+
+def test_diff_against_the_pass_before(widget: Explorer) -> None:
+    view = widget.mlir
+    passes = widget.compiled.passes
+    changed = next(i for i, record in enumerate(passes) if record.changed and i > 0)
+    view.select(changed)
+    view.mode.value = "diff"
+    diff = _visible_text(view.code.value)
+    assert "@@" in diff and f"after {passes[changed].name}" in diff
+    unchanged = [i for i, record in enumerate(passes) if not record.changed]
+    if unchanged:
+        view.select(unchanged[0])
+        assert "changed nothing" in view.code.value
+    view.mode.value = "ir"
+
+
+def test_hiding_unchanged_passes(widget: Explorer) -> None:
+    view = widget.mlir
+    passes = widget.compiled.passes
+    view.hide_unchanged.value = True
+    try:
+        assert [value for _, value in view.selector.options] == [
+            i for i, record in enumerate(passes) if record.changed]
+        assert view.slider.max == len(view.selector.options) - 1
+    finally:
+        view.hide_unchanged.value = False
+    assert len(view.selector.options) == len(passes)
+
+
+def test_rendered_passes_are_cached(widget: Explorer) -> None:
+    view = widget.mlir
+    first = view.rendered(0, "ir")
+    assert view.rendered(0, "ir") is first
+    view.select(0)
+    assert view.last_render_seconds < 0.05
+
+
+def test_a_bad_recurrence_shows_its_caret_in_the_widget() -> None:
+    widget = Explorer(AFFINE)
+    good = widget.compiled
+    assert widget.set_text("h[t] = a[t] * h[t-1] + * b[t]") is False
+    assert isinstance(widget.error, ex.RecurrenceError)
+    text = _visible_text(widget.error_box.value)
+    assert "^" in text and "not valid" in text
+    assert widget.compiled is good  # the tabs keep the last compilation that worked
+    assert widget.set_text(AFFINE) is True
+    assert widget.error_box.value == "" and widget.error is None
+
+
+def test_error_text_is_escaped() -> None:
+    widget = Explorer(AFFINE)
+    bad = "h[t] = a[t] < h[t-1] & <b>x</b>"
+    assert widget.set_text(bad) is False
+    shown = widget.error_box.value
+    assert "<b>x</b>" not in shown
+    assert "&lt;" in shown
+    message = str(widget.error)
+    assert "<" in message  # the message quotes the source; the widget escapes it
+
+
+def test_changing_a_control_recompiles() -> None:
+    widget = Explorer(AFFINE)
+    before = widget.compiled
+    widget.strategy.value = "sequential"
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled is not before
+    assert widget.compiled.strategy == "sequential"
+    widget.show_tab("Scan tree")
+    assert "sequential" in widget.tree_view.info.value
+
+
+def test_presets_fill_the_box_and_compile() -> None:
+    widget = Explorer(AFFINE)
+    widget.preset.value = ex.PRESETS["selective scan"]
+    assert widget.text.value == ex.PRESETS["selective scan"]
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled.recurrence.vector
+
+
+def test_run_and_check_on_this_machine() -> None:
+    widget = Explorer(AFFINE)
+    panel = widget.run
+    panel.length.value = 300
+    panel.channels.value = 3
+    rows = panel.run_and_check()
+    assert rows and panel.passed(rows), panel.check.value
+    device = widget.compiled.device
+    assert ("GPU" if device == "cuda" else "CPU") in panel.device.value
+    assert "PASS" in panel.check.value
+
+
+def test_sweep_fills_the_plot_point_by_point() -> None:
+    widget = Explorer(AFFINE)
+    panel = widget.run
+    panel.channels.value = 2
+    sizes = [64, 128, 256]
+    panel.sweep(sizes, wait=True)
+    names = {m.name for m in panel.measurements}
+    assert len(panel.measurements) == len(sizes) * len(names)
+    for trace in panel.figure.data:
+        assert list(trace.x) == sizes
+        assert all(y > 0 for y in trace.y)
+    assert panel.progress.value == len(sizes)
+    assert panel.progress.bar_style == "success"
+
+
+def test_stop_ends_a_background_sweep() -> None:
+    widget = Explorer(AFFINE)
+    panel = widget.run
+    panel.channels.value = 64
+    sizes = [2 ** k for k in range(10, 23)]
+    panel.sweep(sizes, wait=False)
+    assert panel.running
+    panel.stop()
+    panel.join(timeout=120)
+    assert not panel.running
+    assert len({m.length for m in panel.measurements}) < len(sizes)
+    assert "stopped" in panel.status.value
+    assert not panel.sweep_button.disabled and panel.stop_button.disabled
