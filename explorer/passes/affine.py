@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import sympy
 
-from explorer.frontend.recurrence import Binary, Call, Expr, Num, Recurrence, Ref, Unary
+from explorer.frontend.recurrence import Binary, Expr, Num, Recurrence, Ref, Unary
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -23,12 +23,9 @@ Plans:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from explorer.passes.affine import AffineForm
 
 Phase = Literal["scan", "up", "down"]
 STRATEGIES = ("sequential", "blelloch", "kogge_stone")
@@ -91,7 +88,8 @@ def _ceil_pow2(n: int) -> int:
 def make_plan(strategy: str, n: int) -> ScanPlan:
     """Build the plan of ``strategy`` for ``n`` positions."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown scan strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        raise ValueError(f"unknown scan strategy {strategy!r}; "
+                         f"choose one of {', '.join(STRATEGIES)}")
     if not isinstance(n, int | np.integer) or n < 1:
         raise ValueError(f"a plan needs n >= 1 positions, got {n!r}")
     n = int(n)
