@@ -49,6 +49,7 @@ _WIDGET_CSS = """
 <style>
 .sw-error pre { color: #a00000; background: #fff2f2; border: 1px solid #f0c0c0;
   padding: 6px 8px; margin: 2px 0; white-space: pre; overflow-x: auto; font-size: 12px; }
+.sw-recurrence textarea { font-family: var(--jp-code-font-family, monospace); font-size: 13px; }
 .sw-title { font-size: 15px; font-weight: 600; margin-bottom: 2px; }
 </style>
 """
@@ -120,8 +121,7 @@ class Explorer(widgets.VBox):
             layout=widgets.Layout(width="320px"))
         self.text = widgets.Textarea(value=text, continuous_update=False, rows=3,
                                      placeholder="h[t] = a[t] * h[t-1] + b[t]",
-                                     layout=widgets.Layout(width="100%",
-                                                           font_family="monospace"))
+                                     layout=widgets.Layout(width="100%"))
         self.text.add_class("sw-recurrence")
         self.compile_button = widgets.Button(description="Compile", icon="cogs",
                                              button_style="primary")
