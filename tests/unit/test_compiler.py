@@ -1,0 +1,163 @@
+"""The compile driver: stage order and content, the cache, errors before any compile."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+import explorer as ex
+from explorer import compiler
+
+pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
+
+AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCANWEAVER_CACHE", str(tmp_path / "cache"))
+    compiler._MEMORY.clear()
+    yield
+    compiler._MEMORY.clear()
+
+
+def test_stage_order_for_cuda():
+    c = ex.compile(AFFINE, target="cuda", strategy="blelloch")
+    names = list(c.stages)
+    assert names[:4] == ["recurrence", "affine", "plan", "mlir"]
+    assert names[-2:] == ["llvm", "ptx"]
+    assert names[4:-2] == [p.name if p.name not in names[:4] else names[4 + i]
+                           for i, p in enumerate(c.passes)]
+    assert len(c.passes) >= 5
+    assert all(isinstance(s.seconds, float) for s in c.stages.values())
+
+
+def test_stage_contents_checked_by_text():
+    c = ex.compile(ex.PRESETS["selective scan"], target="cuda", strategy="blelloch")
+    assert "states:   h (order 1)" in c.stages["recurrence"].text
+    assert c.stages["recurrence"].dot and "digraph" in c.stages["recurrence"].dot
+    assert "A_t" in c.stages["affine"].text and "diagonal" in c.stages["affine"].text
+    assert "blelloch" in c.stages["plan"].text and "digraph" in (c.stages["plan"].dot or "")
+    mlir = c.stages["mlir"].text
+    assert "gpu.module" in mlir and "gpu.func" in mlir and "gpu.barrier" in mlir
+    assert "math.exp" in mlir
+    llvm = c.stages["llvm"].text
+    assert "define" in llvm and "nvvm" in llvm.lower()
+    ptx = c.stages["ptx"].text
+    assert ".entry" in ptx and "bar.sync" in ptx and ".target sm_90" in ptx
+
+
+def test_passes_record_changes():
+    c = ex.compile(AFFINE, target="cuda", strategy="sequential")
+    assert any(p.changed for p in c.passes)
+    for prev, p in zip(c.passes, c.passes[1:]):
+        assert p.changed == (p.ir != prev.ir)
+
+
+def test_cpu_target_ends_with_llvm():
+    c = ex.compile(AFFINE, target="cpu", strategy="blelloch")
+    assert list(c.stages)[-1] == "llvm" and "ptx" not in c.stages
+    assert c.device == "cpu"
+
+
+def test_cache_is_instant_and_rebuilds_a_damaged_entry():
+    c1 = ex.compile(AFFINE, target="cuda", strategy="blelloch")
+    t0 = time.perf_counter()
+    c2 = ex.compile(AFFINE, target="cuda", strategy="blelloch")
+    assert time.perf_counter() - t0 < 0.01
+    assert c2 is c1
+    # a fresh process reads the disk cache
+    compiler._MEMORY.clear()
+    c3 = ex.compile(AFFINE, target="cuda", strategy="blelloch")
+    assert c3.from_cache and c3.ptx == c1.ptx and list(c3.stages) == list(c1.stages)
+    # damage the entry: it is detected and rebuilt, never trusted
+    path = compiler.cache_dir() / f"{c1.key}.json"
+    entry = json.loads(path.read_text())
+    entry["payload"]["ptx"] = entry["payload"]["ptx"].replace("bar.sync", "bar.broken")
+    path.write_text(json.dumps(entry))
+    compiler._MEMORY.clear()
+    c4 = ex.compile(AFFINE, target="cuda", strategy="blelloch")
+    assert not c4.from_cache and "bar.broken" not in (c4.ptx or "")
+    path.write_text("{not json")
+    compiler._MEMORY.clear()
+    assert not ex.compile(AFFINE, target="cuda", strategy="blelloch").from_cache
+
+
+def test_different_options_are_different_entries():
+    a = ex.compile(AFFINE, target="cuda", strategy="blelloch", block_size=128)
+    b = ex.compile(AFFINE, target="cuda", strategy="blelloch", block_size=256)
+    assert a.key != b.key and a.kernels[0]["block"][0] == 128 and b.kernels[0]["block"][0] == 256
+
+
+@pytest.mark.parametrize("options, words", [
+    (dict(strategy="bogus"), "strategy"),
+    (dict(target="tpu"), "target"),
+    (dict(block_size=100), "power of two"),
+    (dict(elements_per_thread=3), "power of two"),
+    (dict(chip="sm_91x"), "chip"),
+])
+def test_bad_options_fail_before_any_compile(options, words, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("compiled despite a bad option")
+
+    monkeypatch.setattr(compiler, "_compile", boom)
+    with pytest.raises(ex.OptionError, match=words):
+        ex.compile(AFFINE, **options)
+
+
+def test_bad_text_raises_recurrence_error():
+    with pytest.raises(ex.RecurrenceError):
+        ex.compile("h[t] = h[t-1] * h[t-1]")
+
+
+def test_cpu_run_through_the_driver_matches_reference():
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.5, 1.0, (3, 5, 77)).astype(np.float32)
+    b = rng.normal(size=(5, 77)).astype(np.float32)
+    c = ex.compile(AFFINE, target="cuda", strategy="blelloch")
+    h = c(a=a, b=b, device="cpu")
+    assert h.shape == (3, 5, 77)
+    np.testing.assert_allclose(h, ex.reference(AFFINE, a=a, b=b), rtol=1e-4, atol=1e-5)
+
+
+#: fp32 against float64: the scan accumulates rounding over L steps; inputs keep |A_t| < 1 so the
+#: error stays bounded.  Relative to the magnitude of the whole output.
+FP32_RTOL = 2e-4
+
+
+def _close(got, want):
+    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    err = float(np.max(np.abs(got - want))) / scale if want.size else 0.0
+    assert err < FP32_RTOL, f"max error {err:.3g} relative to {scale:.3g}"
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
+@pytest.mark.parametrize("case", __import__("tests.corpus", fromlist=["CASES"]).CASES,
+                         ids=lambda c: c.name)
+def test_every_corpus_recurrence_runs_on_the_cpu(case, strategy):
+    c = ex.compile(case.text, target="cpu", strategy=strategy, block_size=32,
+                   elements_per_thread=2)
+    for L in (1, 2, 3, 7, 1000):
+        arrs = case.inputs((5,), L, N=3, seed=L)
+        got, want = c(**arrs), ex.reference(case.text, **arrs)
+        if isinstance(want, dict):
+            assert set(got) == set(want)
+            for k in want:
+                assert got[k].shape == want[k].shape
+                _close(got[k], want[k])
+        else:
+            assert got.shape == want.shape
+            _close(got, want)
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
+def test_long_sequence_on_the_cpu(strategy):
+    from tests.corpus import CASES
+
+    case = CASES[0]
+    arrs = case.inputs((2,), 2**20, seed=1)
+    c = ex.compile(case.text, target="cpu", strategy=strategy)
+    _close(c(**arrs), ex.reference(case.text, **arrs))
