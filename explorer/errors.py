@@ -27,7 +27,8 @@ class RecurrenceError(ValueError):
         lines = self.source.splitlines() or [""]
         text = lines[min(self.line, len(lines)) - 1]
         caret = " " * self.col + "^" * min(self.length, max(1, len(text) - self.col))
-        return f"{self.message}\n  line {self.line}, column {self.col + 1}:\n    {text}\n    {caret}"
+        where = f"line {self.line}, column {self.col + 1}"
+        return f"{self.message}\n  {where}:\n    {text}\n    {caret}"
 
 
 class OptionError(ValueError):

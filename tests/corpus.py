@@ -52,8 +52,8 @@ CASES = [
          "scalar"),
     Case("second-order", "h[t] = 1.6 * h[t-1] - 0.64 * h[t-2] + x[t]", "dense"),
     Case("third-order", "h[t] = 0.5 * h[t-1] + 0.2 * h[t-2] + 0.1 * h[t-3] + x[t]", "dense"),
-    Case("coupled", "h[t] = lam * h[t-1] + 0.1 * g[t-1] + x[t]\ng[t] = -0.1 * h[t-1] + lam * g[t-1]",
-         "dense"),
+    Case("coupled", "h[t] = lam * h[t-1] + 0.1 * g[t-1] + x[t]\n"
+                    "g[t] = -0.1 * h[t-1] + lam * g[t-1]", "dense"),
     Case("readout", "h[t] = a[t] * h[t-1] + b[t]\ny[t] = 2 * h[t] + x[t]", "scalar"),
     Case("diagonal", "h[t, n] = r[n] * h[t-1, n] + x[t]", "diagonal"),
     Case("selective-scan", ex.PRESETS["selective scan"], "diagonal"),

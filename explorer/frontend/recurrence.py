@@ -10,7 +10,8 @@ The language is a small subset of Python expressions, read with :mod:`ast` and n
   ``h[t-k]``: the past of a state (k >= 1); ``n`` indexes the state axis of a vector state.
 * Statements are separated by new lines or ``;``; ``#`` starts a comment.
 * A name on the left that is read with a lag (``h[t-1]``) is a state; the others are readouts.
-* Functions: exp, log, sigmoid, softplus, tanh, sqrt, abs, max, min, and ``sum`` (over n, in readouts).
+* Functions: exp, log, sigmoid, softplus, tanh, sqrt, abs, max, min, and ``sum`` (over n, in
+  readouts).
 """
 
 from __future__ import annotations
@@ -421,7 +422,7 @@ class _Parser:
                                  f"past: {s.target}[t-1]", r.span)
         # states: defined names read with a lag; a lag on an undefined name is an error
         order: dict[str, int] = {}
-        for s, r in refs:
+        for _, r in refs:
             if r.lag is not None and r.lag > 0:
                 if r.name not in defined:
                     raise self.error(f"{r.name}[t-{r.lag}] reads the past of {r.name}, but "

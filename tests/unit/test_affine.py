@@ -90,7 +90,8 @@ def test_combine_is_associative_with_identity(elems):
 
 def test_combine_applies_earlier_element_first():
     # h = 2 h + 1 then h = 3 h + 5:  3 (2 h + 1) + 5 = 6 h + 8
-    A, b = AffineForm.combine(np.array([[3.0]]), np.array([5.0]), np.array([[2.0]]), np.array([1.0]))
+    A, b = AffineForm.combine(np.array([[3.0]]), np.array([5.0]),
+                              np.array([[2.0]]), np.array([1.0]))
     assert A[0, 0] == 6 and b[0] == 8
 
 
