@@ -72,11 +72,17 @@ def _gpu(p: str) -> str:
     return f"builtin.module(gpu.module({p}))"
 
 
+def _cleanup() -> list[Step]:
+    """Fold constants and drop unused values first, so later passes show only their own work."""
+    return [Step("canonicalize (input)", _top("canonicalize")), Step("cse (input)", _top("cse"))]
+
+
 def cuda_steps(options: Options) -> list[Step]:
     """The passes of ``gpu-lower-to-nvvm-pipeline`` for ``options``, in order."""
     target = (f"nvvm-attach-target{{chip={options.chip} features={options.ptx_features} "
               f"O={options.opt_level}}}")
     return [
+        *_cleanup(),
         Step("convert-nvgpu-to-nvvm", _top("convert-nvgpu-to-nvvm")),
         Step("gpu-kernel-outlining", _top("gpu-kernel-outlining")),
         Step("convert-vector-to-scf", _top("convert-vector-to-scf")),
@@ -109,6 +115,7 @@ def cpu_steps(options: Options) -> list[Step]:
     """Host lowering: scf/memref/arith/math/func to the LLVM dialect."""
     del options
     return [
+        *_cleanup(),
         Step("convert-scf-to-cf", _top("convert-scf-to-cf")),
         Step("expand-strided-metadata", _top("expand-strided-metadata")),
         Step("lower-affine", _top("lower-affine")),

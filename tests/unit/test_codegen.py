@@ -1,0 +1,258 @@
+"""Code generation and the pass pipeline: options, IR text (CHECK-style), per-pass capture, PTX,
+compile errors with reproducers. CPU only; PTX is checked with ptxas when it is installed."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from explorer.codegen import build_module, lower, validate
+from explorer.codegen.ptxas import find_tool, parse_ptxas_output, ptxas_info, sass
+from explorer.errors import CompileError, OptionError
+from explorer.frontend import Recurrence
+from explorer.passes.affine import decompose
+
+SCALAR = "h[t] = a[t] * h[t-1] + b[t]"
+MAMBA = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
+         "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]")
+COMPANION = "h[t] = a[t] * h[t-1] + c[t] * h[t-2] + x[t]"
+
+needs_ptxas = pytest.mark.skipif(find_tool("ptxas") is None, reason="ptxas not installed")
+
+
+def form_of(text: str):  # type: ignore[no-untyped-def]
+    return decompose(Recurrence.parse(text))
+
+
+def check_order(text: str, *patterns: str) -> None:
+    """CHECK: each pattern occurs, in this order."""
+    pos = 0
+    for p in patterns:
+        found = text.find(p, pos)
+        assert found >= 0, f"{p!r} not found after offset {pos}"
+        pos = found + len(p)
+
+
+@contextmanager
+def fd2_captured() -> Iterator[list[str]]:
+    """Redirect file descriptor 2 to a file; the list gets what was written to it."""
+    out: list[str] = []
+    with tempfile.TemporaryFile(mode="w+b") as f:
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            out.append(f.read().decode(errors="replace"))
+
+
+# -- options ------------------------------------------------------------------------------------
+def test_defaults() -> None:
+    o = validate("blelloch", "cuda")
+    assert (o.block_size, o.elements_per_thread, o.chip, o.dtype) == (256, 4, "sm_90", "float32")
+    assert o.tile == 1024 and o.ptx_features == "+ptx78"
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"strategy": "kogge"}, "strategy"),
+    ({"target": "rocm"}, "target"),
+    ({"block_size": 48}, "block_size"),
+    ({"block_size": 2048}, "block_size"),
+    ({"block_size": 16}, "block_size"),
+    ({"block_size": 256.0}, "block_size"),
+    ({"elements_per_thread": 3}, "elements_per_thread"),
+    ({"elements_per_thread": 32}, "elements_per_thread"),
+    ({"chip": "sm_91x"}, "chip"),
+    ({"chip": 90}, "chip"),
+    ({"dtype": "float64"}, "dtype"),
+    ({"unroll": 2}, "unknown option"),
+])
+def test_bad_options(kwargs: dict[str, object], words: str) -> None:
+    args = {"strategy": "blelloch", "target": "cuda", **kwargs}
+    with pytest.raises(OptionError, match=words):
+        validate(**args)  # type: ignore[arg-type]
+
+
+def test_tile_too_large_for_shared_memory() -> None:
+    o = validate("blelloch", "cuda", block_size=1024, elements_per_thread=16)
+    with pytest.raises(OptionError, match="shared memory"):
+        build_module(form_of(SCALAR), o)
+
+
+# -- IR text ------------------------------------------------------------------------------------
+def test_blelloch_cuda_ir() -> None:
+    built = build_module(form_of(SCALAR), validate("blelloch", "cuda"))
+    t = built.text
+    check_order(t, "gpu.container_module", "gpu.module @scanweaver_kernels",
+                "gpu.func @scanweaver_blelloch(", "workgroup(", "kernel",
+                "scf.for",           # tiles
+                "gpu.barrier",       # after the loads
+                "scf.for",           # up-sweep levels
+                "gpu.barrier",
+                "gpu.barrier",       # root cleared
+                "scf.for",           # down-sweep levels
+                "gpu.return",
+                "func.func @scanweaver_launch", "gpu.launch_func")
+    assert "memref<1024xf32, #gpu.address_space<workgroup>>" in t
+    assert built.sequences_per_block == 1 and built.block == (256, 1, 1)
+    assert built.static_shared_bytes == 1024 * 2 * 4 and built.shared_bytes == 0
+    assert [a["name"] for a in built.args] == ["a", "b", "h0", "h", "C", "N", "L"]
+    assert [a["role"] for a in built.args] == ["input", "input", "h0", "output", "size", "size",
+                                               "size"]
+
+
+def test_sequential_cuda_ir() -> None:
+    built = build_module(form_of(SCALAR), validate("sequential", "cuda", block_size=128))
+    assert "gpu.barrier" not in built.text
+    check_order(built.text, "gpu.func @scanweaver_sequential(", "gpu.thread_id  x",
+                "gpu.block_id  x", "scf.if", "scf.for", "arith.mulf", "arith.addf",
+                "memref.store")
+    assert built.sequences_per_block == 128
+
+
+def test_mamba_ir_has_readout_kernel() -> None:
+    built = build_module(form_of(MAMBA), validate("blelloch", "cuda"))
+    assert [k.name for k in built.kernels] == ["scanweaver_blelloch", "scanweaver_readout"]
+    assert [k.sequences_per_block for k in built.kernels] == [1, 1]
+    assert "math.exp" in built.text
+    check_order(built.text, "gpu.func @scanweaver_readout(", "scf.for", "scf.for", "arith.mulf")
+    lane = {a["name"]: a["lane"] for a in built.args if a["role"] != "size"}
+    assert lane == {"dt": False, "B": True, "x": False, "C": True, "A": True, "D": False,
+                    "h0": True, "h": True, "y": False}
+
+
+def test_cpu_ir_is_host_code() -> None:
+    built = build_module(form_of(COMPANION), validate("blelloch", "cpu"))
+    assert "gpu." not in built.text
+    check_order(built.text, "func.func @scanweaver_blelloch(", "llvm.emit_c_interface",
+                "memref.alloc", "scf.for")
+
+
+# -- pipeline -----------------------------------------------------------------------------------
+CUDA_PASSES = [
+    "canonicalize (input)", "cse (input)",
+    "convert-nvgpu-to-nvvm", "gpu-kernel-outlining", "convert-vector-to-scf",
+    "convert-scf-to-cf", "convert-nvvm-to-llvm", "convert-func-to-llvm",
+    "expand-strided-metadata", "nvvm-attach-target", "lower-affine", "convert-arith-to-llvm",
+    "convert-index-to-llvm", "canonicalize", "cse", "strip-debuginfo", "convert-gpu-to-nvvm",
+    "canonicalize (gpu.module)", "cse (gpu.module)", "reconcile-unrealized-casts (gpu.module)",
+    "gpu-to-llvm", "gpu-module-to-binary", "convert-math-to-llvm", "canonicalize (host)",
+    "cse (host)", "reconcile-unrealized-casts"]
+
+
+def test_cuda_pipeline_records_every_pass_and_writes_nothing_to_fd2() -> None:
+    o = validate("blelloch", "cuda")
+    with fd2_captured() as err:
+        lowered = lower(build_module(form_of(MAMBA), o), o)
+    assert err == [""]
+    names = [p.name for p in lowered.passes]
+    assert names == CUDA_PASSES
+    changed = {p.name: p.changed for p in lowered.passes}
+    assert changed["convert-scf-to-cf"] and changed["convert-gpu-to-nvvm"]
+    assert changed["gpu-module-to-binary"] and changed["nvvm-attach-target"]
+    assert changed["canonicalize (input)"]
+    assert not changed["lower-affine"] and not changed["convert-vector-to-scf"]
+    assert all(p.seconds >= 0 and p.ir.startswith("module") for p in lowered.passes)
+    nvvm = lowered.passes[names.index("convert-gpu-to-nvvm")].ir
+    assert "nvvm.read.ptx.sreg.tid.x" in nvvm and "nvvm.barrier" in nvvm
+    assert "gpu.func" not in nvvm and "llvm.func @scanweaver_blelloch" in nvvm
+    assert '#nvvm.target<O = 3, chip = "sm_90", features = "+ptx78">' in nvvm
+    assert "gpu.binary @scanweaver_kernels" in lowered.final_module
+    # kernel LLVM IR and PTX
+    check_order(lowered.llvm_ir, "define ptx_kernel void @scanweaver_blelloch(",
+                "define ptx_kernel void @scanweaver_readout(")
+    assert lowered.ptx is not None
+    check_order(lowered.ptx, ".version 7.8", ".target sm_90", ".entry scanweaver_blelloch",
+                "bar.sync", ".entry scanweaver_readout")
+    assert ".extern .func" not in lowered.ptx    # math functions linked
+
+
+def test_chip_option_reaches_ptx() -> None:
+    o = validate("sequential", "cuda", chip="sm_80")
+    lowered = lower(build_module(form_of(SCALAR), o), o)
+    assert lowered.ptx is not None and ".target sm_80" in lowered.ptx
+    assert "bar.sync" not in lowered.ptx
+
+
+def test_cpu_pipeline() -> None:
+    o = validate("sequential", "cpu")
+    with fd2_captured() as err:
+        lowered = lower(build_module(form_of(SCALAR), o), o)
+    assert err == [""]
+    assert lowered.ptx is None
+    assert "llvm.func @_mlir_ciface_scanweaver_sequential" in lowered.final_module
+    assert "define void @scanweaver_sequential(" in lowered.llvm_ir
+
+
+@needs_ptxas
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
+@pytest.mark.parametrize("text", [SCALAR, MAMBA, COMPANION])
+def test_ptxas_accepts(text: str, strategy: str) -> None:
+    o = validate(strategy, "cuda", block_size=128)
+    lowered = lower(build_module(form_of(text), o), o)
+    assert lowered.ptx is not None
+    info = ptxas_info(lowered.ptx, o.chip)
+    assert info is not None
+    assert info["kernel"] == f"scanweaver_{strategy}"
+    assert 0 < info["registers"] <= 255
+    assert info["spills_stores"] == 0 and info["spills_loads"] == 0
+    if strategy == "blelloch":
+        width = 2 if text != COMPANION else 6     # companion: 4 matrix entries + 2 of b
+        assert info["shared_bytes"] == 128 * 4 * width * 4
+    assert sass(lowered.ptx, o.chip) is None or "scanweaver" in str(sass(lowered.ptx, o.chip))
+
+
+def test_parse_ptxas_output() -> None:
+    text = ("ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+            "ptxas info    : Function properties for k\n"
+            "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+            "ptxas info    : Used 40 registers, used 1 barriers, 8192 bytes smem, "
+            "400 bytes cmem[0]\n")
+    assert parse_ptxas_output(text) == {"k": {
+        "stack_bytes": 8, "spills_stores": 4, "spills_loads": 4, "registers": 40,
+        "barriers": 1, "shared_bytes": 8192, "constant_bytes": 400}}
+
+
+# -- errors -------------------------------------------------------------------------------------
+BAD_KERNEL = """
+module attributes {gpu.container_module} {
+  gpu.module @m {
+    gpu.func @k(%a: memref<?xf32>) kernel {
+      gpu.return
+    }
+  }
+}
+"""
+
+
+def test_failing_pass_raises_compile_error_with_reproducer() -> None:
+    o = validate("blelloch", "cuda")
+    with fd2_captured() as err, pytest.raises(CompileError) as info:
+        lower(BAD_KERNEL, o)
+    assert err == [""]
+    e = info.value
+    assert e.pass_name == "convert-gpu-to-nvvm"
+    assert "gpu.func" in e.diagnostics
+    assert e.reproducer is not None and e.ir_before is not None
+    with open(e.reproducer.ir_path) as f:
+        assert f.read() == e.ir_before
+    assert "memref<?xf32>" in e.ir_before
+    assert e.reproducer.command.startswith(f"mlir-opt {e.reproducer.ir_path} --pass-pipeline=")
+    assert "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1" in e.reproducer.command
+    assert "reproduce with: mlir-opt" in str(e)
+    os.unlink(e.reproducer.ir_path)
+
+
+def test_unparsable_text_raises_compile_error() -> None:
+    with fd2_captured() as err, pytest.raises(CompileError) as info:
+        lower("module { this is not mlir }", validate("sequential", "cpu"))
+    assert err == [""]
+    assert info.value.pass_name == "parse" and info.value.reproducer is not None
+    os.unlink(info.value.reproducer.ir_path)

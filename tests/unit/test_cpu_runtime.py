@@ -1,0 +1,180 @@
+"""Generated code run on the host (ExecutionEngine) against float64 NumPy loops.
+
+Tolerance: float32 results are compared with ``|out - ref| <= 1e-4 * (|ref| + max|ref|)``
+per channel. Each step rounds a handful of float32 operations (relative 6e-8 each); the
+coefficients here have |a| <= 1, so old errors decay instead of growing, and the Blelloch
+reassociation adds about log2(tile) roundings to a prefix product. exp/log/tanh are within a
+few ulp. That puts real errors near 1e-6 of the scale of the sequence, while an indexing,
+masking or carry bug gives errors of the order of the values themselves: 1e-4 separates the
+two with margin on either side.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pytest
+
+from explorer.codegen import build_module, lower, validate
+from explorer.frontend import Recurrence
+from explorer.passes.affine import decompose
+from explorer.runtime.cpu import run_cpu
+
+SCALAR = "h[t] = a[t] * h[t-1] + b[t]"
+MAMBA = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
+         "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]")
+COMPANION = "h[t] = a[t] * h[t-1] + c[t] * h[t-2] + x[t]"
+COUPLED = "h[t] = a[t] * h[t-1] + g[t] * s[t-1] + x[t]\ns[t] = 0.5 * h[t-1] + d[t] * s[t-1]"
+GATED = ("h[t] = sigmoid(z[t]) * h[t-1] + softplus(x[t])\n"
+         "y[t] = w * tanh(h[t] / 8) + sqrt(abs(x[t]))")
+
+STRATEGIES = ["sequential", "blelloch"]
+LENGTHS = [1, 2, 3, 7, 1000, 2**20]
+RTOL = 1e-4
+
+
+@cache
+def compiled(text: str, strategy: str, block_size: int = 64, ept: int = 4
+             ) -> tuple[str, list[dict[str, Any]]]:
+    o = validate(strategy, "cpu", block_size=block_size, elements_per_thread=ept)
+    built = build_module(decompose(Recurrence.parse(text)), o)
+    return lower(built, o).final_module, built.args
+
+
+def run(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int, L: int,
+        **kw: int) -> dict[str, np.ndarray]:
+    module, args = compiled(text, strategy, **kw)
+    return run_cpu(module, args, arrays, C, N, L)
+
+
+def close(out: np.ndarray, ref: np.ndarray) -> None:
+    scale = np.max(np.abs(ref), axis=-1, keepdims=True)
+    err = np.abs(out.astype(np.float64) - ref)
+    bad = err > RTOL * (np.abs(ref) + scale)
+    assert not bad.any(), f"{bad.sum()} of {bad.size} off; worst error {err.max():.3g}"
+
+
+def channels(L: int) -> int:
+    return 2 if L >= 2**20 else 5
+
+
+# -- references: plain float64 loops over time ---------------------------------------------------
+def ref_scalar(a: np.ndarray, b: np.ndarray, h0: np.ndarray) -> np.ndarray:
+    h = np.empty(a.shape)
+    prev = h0.astype(np.float64)
+    for t in range(a.shape[-1]):
+        prev = a[..., t] * prev + b[..., t]
+        h[..., t] = prev
+    return h
+
+
+def f32(rng: np.random.Generator, shape: tuple[int, ...], lo: float = -1.0, hi: float = 1.0
+        ) -> np.ndarray:
+    return rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("L", LENGTHS)
+def test_scalar(strategy: str, L: int) -> None:
+    rng = np.random.default_rng(L)
+    C = channels(L)
+    a, b, h0 = f32(rng, (C, L), 0.5, 1.0), f32(rng, (C, L)), f32(rng, (C,))
+    out = run(SCALAR, strategy, {"a": a, "b": b, "h0": h0}, C, 1, L)
+    assert set(out) == {"h"} and out["h"].shape == (C, L)
+    close(out["h"], ref_scalar(a.astype(np.float64), b.astype(np.float64), h0))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("L", LENGTHS)
+def test_selective_scan(strategy: str, L: int) -> None:
+    rng = np.random.default_rng(L + 1)
+    C, N = channels(L), 3
+    dt, x = f32(rng, (C, L), 0.01, 0.2), f32(rng, (C, L))
+    B, Cm = f32(rng, (C, N, L)), f32(rng, (C, N, L))
+    A, D, h0 = f32(rng, (C, N), -2.0, -0.1), f32(rng, (C,)), f32(rng, (C, N))
+    out = run(MAMBA, strategy, {"dt": dt, "x": x, "B": B, "C": Cm, "A": A, "D": D, "h0": h0},
+              C, N, L)
+    d, xx = dt.astype(np.float64)[:, None, :], x.astype(np.float64)[:, None, :]
+    a = np.exp(d * A.astype(np.float64)[..., None])
+    h = ref_scalar(a, d * B * xx, h0)
+    y = (Cm * h).sum(axis=1) + D[:, None].astype(np.float64) * x
+    assert out["h"].shape == (C, N, L) and out["y"].shape == (C, L)
+    close(out["h"], h)
+    close(out["y"], y)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("L", LENGTHS)
+def test_companion(strategy: str, L: int) -> None:
+    rng = np.random.default_rng(L + 2)
+    C = channels(L)
+    a, c, x, h0 = f32(rng, (C, L), 0.2, 0.6), f32(rng, (C, L), -0.3, 0.3), f32(rng, (C, L)), \
+        f32(rng, (C,))
+    out = run(COMPANION, strategy, {"a": a, "c": c, "x": x, "h0": h0}, C, 1, L)
+    h = np.empty((C, L))
+    h1, h2 = h0.astype(np.float64), np.zeros(C)     # h[-1] = h0, h[-2] = 0
+    for t in range(L):
+        h1, h2 = a[:, t] * h1 + c[:, t] * h2 + x[:, t], h1
+        h[:, t] = h1
+    close(out["h"], h)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("L", [1, 7, 1000])
+def test_coupled_states(strategy: str, L: int) -> None:
+    rng = np.random.default_rng(L + 3)
+    C = 4
+    arrays = {k: f32(rng, (C, L), -0.5, 0.5) for k in ("a", "g", "x", "d")}
+    arrays |= {"h0": f32(rng, (C,)), "s0": f32(rng, (C,))}
+    out = run(COUPLED, strategy, arrays, C, 1, L)
+    w = {k: v.astype(np.float64) for k, v in arrays.items()}
+    hh, ss = np.empty((C, L)), np.empty((C, L))
+    h, s = w["h0"], w["s0"]
+    for t in range(L):
+        h, s = w["a"][:, t] * h + w["g"][:, t] * s + w["x"][:, t], 0.5 * h + w["d"][:, t] * s
+        hh[:, t], ss[:, t] = h, s
+    close(out["h"], hh)
+    close(out["s"], ss)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_math_functions_and_scalar_readout(strategy: str) -> None:
+    rng = np.random.default_rng(7)
+    C, L = 3, 333
+    z, x, w = f32(rng, (C, L), -3, 3), f32(rng, (C, L), -3, 3), f32(rng, (C,))
+    out = run(GATED, strategy, {"z": z, "x": x, "w": w}, C, 1, L)
+    zz, xx = z.astype(np.float64), x.astype(np.float64)
+    h = ref_scalar(1 / (1 + np.exp(-zz)), np.log1p(np.exp(xx)), np.zeros(C))
+    y = w[:, None] * np.tanh(h / 8) + np.sqrt(np.abs(xx))
+    close(out["h"], h)
+    close(out["y"], y)
+
+
+@pytest.mark.parametrize(("block_size", "ept"), [(32, 1), (32, 16), (128, 2)])
+def test_blelloch_tile_shapes(block_size: int, ept: int) -> None:
+    rng = np.random.default_rng(block_size + ept)
+    C, L = 3, 3 * block_size * ept + 5      # several tiles and a ragged tail
+    a, b = f32(rng, (C, L), 0.5, 1.0), f32(rng, (C, L))
+    out = run(SCALAR, "blelloch", {"a": a, "b": b}, C, 1, L, block_size=block_size, ept=ept)
+    close(out["h"], ref_scalar(a.astype(np.float64), b.astype(np.float64), np.zeros(C)))
+
+
+def test_broadcast_parameters_and_missing_h0() -> None:
+    rng = np.random.default_rng(11)
+    C, N, L = 2, 4, 50
+    arrays = {"dt": f32(rng, (C, L), 0.01, 0.1), "x": f32(rng, (C, L)),
+              "B": f32(rng, (C, N, L)), "C": f32(rng, (C, N, L)), "A": f32(rng, (C, N), -1, 0),
+              "D": f32(rng, (C,))}
+    out = run(MAMBA, "sequential", arrays, C, N, L)
+    again = run(MAMBA, "blelloch", arrays, C, N, L)
+    np.testing.assert_allclose(out["h"], again["h"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["y"], again["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_wrong_array_size_is_refused() -> None:
+    module, args = compiled(SCALAR, "sequential")
+    with pytest.raises(ValueError, match="expected shape"):
+        run_cpu(module, args, {"a": np.zeros((2, 5), np.float32),
+                               "b": np.zeros((2, 4), np.float32)}, 2, 1, 5)
