@@ -62,7 +62,6 @@ from explorer.codegen.emit import (
     cf,
     ci,
     f32,
-    index,
     lt_i,
     mul_i,
     to_index,
