@@ -241,8 +241,10 @@ class Explorer(widgets.VBox):
         self.error_box.value = ""
         self.compiled = compiled
         total = sum(getattr(s, "seconds", 0.0) or 0.0 for s in compiled.stages.values())
-        self.status.value = (f"<span style='color:#0a6a0a'>compiled in {total:.2f} s, "
-                             f"{len(compiled.stages)} stages</span>")
+        done = ("loaded from the compile cache" if getattr(compiled, "from_cache", False)
+                else f"compiled in {total:.2f} s")
+        self.status.value = (f"<span style='color:#0a6a0a'>{done}: {len(compiled.stages)} "
+                             f"stages, {len(compiled.passes)} MLIR passes</span>")
         for view in self._views:
             if view is not None:
                 view.reset()

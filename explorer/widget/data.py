@@ -69,15 +69,16 @@ def bounded_inputs(recurrence: Any, reference: Callable[..., Any], channels: int
     return arrays, expected
 
 
-def compare(result: Any, expected: Any) -> list[dict[str, Any]]:
+def compare(result: Any, expected: Any, names: tuple[str, ...] = ("output",)
+            ) -> list[dict[str, Any]]:
     """Per output: max absolute and max relative error of ``result`` against ``expected``.
 
     The relative error divides by the largest magnitude of the expected output (so that values
     near zero do not dominate).
     """
     if not isinstance(expected, dict):
-        expected = {"": expected}
-        result = {"": result}
+        expected = {names[0]: expected}
+        result = {names[0]: result}
     rows = []
     for name, want in expected.items():
         want64 = np.asarray(want, dtype=np.float64)

@@ -104,7 +104,7 @@ def cpu_sweep(compiled: Any, reference: Callable[..., Any], sizes: list[int], ch
             return
         if length <= reference_limit:
             seconds = time_call(functools.partial(reference, rec, **arrays), max_repeats=3)
-            yield Measurement("NumPy sequential, float64 (CPU)", length, channels, seconds,
+            yield Measurement("explorer.reference, NumPy float64 (CPU)", length, channels, seconds,
                               _total_bytes(arrays, result), "cpu")
 
 
@@ -199,7 +199,7 @@ class RunPanel:
             start = time.perf_counter()
             result = compiled(**arrays)
             seconds = time.perf_counter() - start
-            rows = compare(result, expected)
+            rows = compare(result, expected, compiled.form.outputs)
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
             self.check.value = ("<pre style='color:#a00;white-space:pre-wrap'>"
                                 f"{html.escape(type(err).__name__ + ': ' + str(err))}</pre>")

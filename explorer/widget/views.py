@@ -23,7 +23,7 @@ def _message(text: str, color: str = "#666") -> str:
 
 
 def _seconds(seconds: float | None) -> str:
-    if seconds is None:
+    if not seconds:
         return "-"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} µs"
@@ -75,7 +75,9 @@ class TextStageView(View):
 
     def header_html(self, compiled: Any, recorded: Any) -> str:
         lines = len(recorded.text.splitlines())
-        return _message(f"{self.title}: {lines} lines, stage time {_seconds(recorded.seconds)}")
+        timing = (f", stage time {_seconds(recorded.seconds)}" if recorded.seconds
+                  else " (its time is counted in the MLIR passes that produced it)")
+        return _message(f"{self.title}: {lines} lines{timing}")
 
     def draw(self, compiled: Any) -> None:
         recorded = stage(compiled, self.stage_name)
@@ -101,12 +103,23 @@ class PtxView(TextStageView):
         if not info:
             return base + _message("ptxas was not available here, so register, spill and "
                                    "shared-memory counts are unknown.")
-        cells = "".join(
-            f"<td style='padding:2px 12px'><b>{html.escape(str(key))}</b>: "
-            f"{html.escape(str(value))}</td>"
-            for key, value in info.items()
-        )
-        return base + f"<table class='sw-ptxas'><tr>{cells}</tr></table>"
+        labels = {"registers": "registers / thread", "spills_stores": "spill stores",
+                  "spills_loads": "spill loads", "shared_bytes": "shared memory (bytes)",
+                  "stack_bytes": "stack (bytes)", "barriers": "barriers"}
+        badges = []
+        for key, label in labels.items():
+            if key in info:
+                value = info[key]
+                alarm = key.startswith("spills") and value not in (0, "0", None)
+                color = "#fde8e8" if alarm else "#eef4ff"
+                badges.append(f"<span style='display:inline-block;margin:2px 6px 2px 0;"
+                              f"padding:2px 8px;border-radius:10px;background:{color}'>"
+                              f"{html.escape(label)}: <b>{html.escape(str(value))}</b></span>")
+        kernel = info.get("kernel")
+        chip = (getattr(compiled, "options", {}) or {}).get("chip", "")
+        title = f"ptxas {html.escape(str(chip))}" + (
+            f", kernel <code>{html.escape(str(kernel))}</code>" if kernel else "")
+        return base + f"<div>{title}: {''.join(badges)}</div>"
 
 
 class RecurrenceView(View):
@@ -148,16 +161,31 @@ class AffineView(View):
         pieces: dict[str, str] = form.to_latex()
         kind = getattr(form, "kind", "")
         lane = " per lane $n$" if getattr(form, "vector", False) else ""
-        rows = [f"<p>State of size {form.size} ({html.escape(str(kind))}){lane}.</p>"]
-        order = ["state", "update", "A", "b", "combine", "identity"]
-        names = order + [key for key in pieces if key not in order]
-        for key in names:
-            if key in pieces:
-                rows.append(f"<div style='margin:4px 0'>$${pieces[key]}$$</div>")
+        rows = [f"<p>State of size {form.size} ({html.escape(str(kind))}){lane}: "
+                "each step is an affine map of the previous state.</p>"]
+        rows.append(_aligned([pieces[k] for k in ("state", "update", "A", "b") if k in pieces]))
+        readouts = [value for key, value in pieces.items() if key.startswith("readout")]
+        if readouts:
+            rows.append("<p>Readouts, computed from the state at each step:</p>")
+            rows.append(_aligned(readouts))
+        rows.append("<p>Two steps compose into one step of the same form; this combine is "
+                    "associative, with an identity, so the steps can be scanned in any "
+                    "grouping:</p>")
+        rows.append(_aligned([pieces[k] for k in ("combine", "identity") if k in pieces]))
         self.math.value = "".join(rows)
         self.graph.value = ("<div><b>State transition</b>: an edge per nonzero entry of "
                             "A<sub>t</sub>; dashed edges bring inputs in</div>"
                             + svg_or_message(dependence_dot(form)))
+
+
+def _aligned(equations: list[str]) -> str:
+    """Display equations one per line, aligned on their first ``=``."""
+    lines = []
+    for equation in equations:
+        left, sep, right = equation.partition("=")
+        lines.append(f"{left} &= {right}" if sep else equation)
+    body = r" \\[4pt] ".join(lines)
+    return f"<div style='margin:2px 0 8px 0'>$$\\begin{{aligned}} {body} \\end{{aligned}}$$</div>"
 
 
 class TreeView(View):
