@@ -80,7 +80,9 @@ def test_every_stage_view_draws(page: Any, output_dir: Path) -> None:
     _tab(page, "Affine")
     # MathJax typesets A_t and b_t
     _panel(page).locator("mjx-container").first.wait_for(timeout=60_000)
-    assert _panel(page).locator("mjx-container").count() >= 3
+    # two typeset blocks (the update with A_t and b_t, then the combine); no raw TeX left over
+    assert _panel(page).locator("mjx-container").count() >= 2
+    assert "$$" not in _panel(page).inner_text()
     page.locator(EXPLORER).screenshot(path=str(output_dir / "03-affine.png"))
 
     for title, needle in (("LLVM IR", "define"), ("PTX", ".entry")):

@@ -30,7 +30,7 @@ def test_constructs_and_compiles(widget: Explorer) -> None:
     assert widget.compiled is not None
     assert widget.error_box.value == ""
     assert list(widget.tabs.titles) == list(Explorer.TAB_TITLES)
-    assert "compiled in" in widget.status.value
+    assert "stages" in widget.status.value and "MLIR passes" in widget.status.value
 
 
 def test_every_stage_view_draws(widget: Explorer) -> None:
