@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import html
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -106,6 +107,41 @@ def cpu_sweep(compiled: Any, reference: Callable[..., Any], sizes: list[int], ch
             seconds = time_call(functools.partial(reference, rec, **arrays), max_repeats=3)
             yield Measurement("explorer.reference, NumPy float64 (CPU)", length, channels, seconds,
                               _total_bytes(arrays, result), "cpu")
+
+
+def gpu_sweep(compiled: Any, sizes: list[int], channels: int, state_size: int,
+              stop: threading.Event) -> Iterator[Measurement]:
+    """Time on the GPU with :func:`explorer.bench.sweep`: CUDA events, L2 flushed, every method
+    checked against float64 first, the copy roofline and the baselines beside the kernel.
+
+    The benchmark knows the scalar affine scan ``h[t] = a[t] * h[t-1] + b[t]``; for any other
+    recurrence the kernel is timed from the host around ``compiled(**arrays)`` (which includes
+    the copies to and from the device, and says so in its label).
+    """
+    from explorer import bench
+    from explorer.bench.affine import affine_roles
+
+    if affine_roles(compiled.recurrence.text) is None:
+        rec = compiled.recurrence
+        for length in sizes:
+            if stop.is_set():
+                return
+            arrays = sample_inputs(rec, channels, length, state_size)
+            result = compiled(**arrays)
+            seconds = time_call(functools.partial(compiled, **arrays))
+            yield Measurement("compiled kernel (GPU, host-timed with copies)", length, channels,
+                              seconds, _total_bytes(arrays, result), "cuda")
+        return
+    with tempfile.TemporaryDirectory(prefix="explorer-sweep-") as folder:
+        compiled.save(folder)
+        label = f"compiled {compiled.strategy}"
+        for record in bench.sweep([(channels, length) for length in sizes], artifacts=[folder],
+                                  stop=stop):
+            name = label if record.kind == "generated" else record.method
+            extra = {"kind": record.kind, "status": record.status, "reason": record.reason,
+                     "max_rel_err": record.max_rel_err}
+            seconds = (record.time_ms or 0.0) / 1e3
+            yield Measurement(name, record.L, record.C, seconds, record.bytes, "cuda", extra)
 
 
 class RunPanel:
@@ -237,15 +273,23 @@ class RunPanel:
     def _records(self, compiled: Any, sizes: list[int]) -> Iterator[Measurement]:
         import explorer
 
+        if getattr(compiled, "device", "cpu") == "cuda":
+            return gpu_sweep(compiled, sizes, self.channels.value, self.state_size.value,
+                             self._stop)
         return cpu_sweep(compiled, explorer.reference, sizes, self.channels.value,
                          self.state_size.value, self._stop)
 
     def _add_point(self, record: Measurement) -> None:
+        if record.extra.get("status", "ok") != "ok" or record.seconds <= 0:
+            return  # skipped, failed or wrong: reported in the status line, never plotted
         traces = {trace.name: trace for trace in self.figure.data}
         with self.figure.batch_update():
             if record.name not in traces:
-                self.figure.add_scatter(x=[record.length], y=[record.gigabytes_per_second],
-                                        mode="lines+markers", name=record.name)
+                roofline = record.extra.get("kind") == "roofline"
+                self.figure.add_scatter(
+                    x=[record.length], y=[record.gigabytes_per_second],
+                    mode="lines" if roofline else "lines+markers", name=record.name,
+                    line={"dash": "dash", "color": "#555"} if roofline else None)
             else:
                 trace = traces[record.name]
                 trace.x = (*trace.x, record.length)
@@ -291,9 +335,13 @@ class RunPanel:
                 self._add_point(record)
                 done = len({m.length for m in self.measurements})
                 self.progress.value = min(done, len(sizes))
-                self.status.value = html.escape(
-                    f"{record.name}: L={record.length:,}: {record.seconds * 1e3:.3f} ms, "
-                    f"{record.gigabytes_per_second:.2f} GB/s")
+                if record.extra.get("status", "ok") != "ok":
+                    self.status.value = html.escape(
+                        f"{record.name}: L={record.length:,}: {record.extra.get('reason')}")
+                else:
+                    self.status.value = html.escape(
+                        f"{record.name}: L={record.length:,}: {record.seconds * 1e3:.3f} ms, "
+                        f"{record.gigabytes_per_second:.2f} GB/s")
                 if self._stop.is_set():
                     break
             finished = not self._stop.is_set()
