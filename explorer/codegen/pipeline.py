@@ -79,8 +79,12 @@ def _cleanup() -> list[Step]:
 
 def cuda_steps(options: Options) -> list[Step]:
     """The passes of ``gpu-lower-to-nvvm-pipeline`` for ``options``, in order."""
+    from explorer.codegen.ptxas import find_libdevice
+
+    libdevice = find_libdevice()
+    link = f" l={libdevice}" if libdevice else ""
     target = (f"nvvm-attach-target{{chip={options.chip} features={options.ptx_features} "
-              f"O={options.opt_level}}}")
+              f"O={options.opt_level}{link}}}")
     return [
         *_cleanup(),
         Step("convert-nvgpu-to-nvvm", _top("convert-nvgpu-to-nvvm")),
@@ -217,7 +221,8 @@ def lower(built: BuiltModule | str, options: Options,
         elif ptx is not None and ".extern .func __nv_" in ptx:
             raise CompileError(
                 "the PTX calls libdevice functions that were not linked (math functions such "
-                "as exp/log/tanh need CUDA's libdevice.10.bc; set CUDA_HOME)",
+                "as exp/log/tanh need CUDA's libdevice.10.bc: install the CUDA toolkit and set "
+                "CUDA_HOME, or `pip install nvidia-cuda-nvcc`)",
                 pass_name="gpu-module-to-binary", ir_before=before)
         final = before
     names = [] if isinstance(built, str) else [k.name for k in built.kernels]

@@ -34,6 +34,24 @@ def find_tool(name: str) -> str | None:
     return None
 
 
+def find_libdevice() -> str | None:
+    """Path of CUDA's ``libdevice.10.bc`` (toolkit or ``nvidia-cuda-nvcc`` wheel), or None."""
+    roots = [os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")]
+    candidates = [os.path.join(r, "nvvm", "libdevice", "libdevice.10.bc") for r in roots if r]
+    candidates.append("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc")
+    ptxas = shutil.which("ptxas")
+    if ptxas:  # <toolkit>/bin/ptxas -> <toolkit>/nvvm/libdevice
+        root = os.path.dirname(os.path.dirname(os.path.realpath(ptxas)))
+        candidates.append(os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc"))
+    for site in sys.path:
+        candidates += glob.glob(os.path.join(site, "nvidia", "*", "nvvm", "libdevice",
+                                             "libdevice.10.bc"))
+    for c in candidates:
+        if os.path.isfile(c):
+            return c
+    return None
+
+
 def _ptxas(ptx: str, chip: str, workdir: str) -> tuple[str, str] | None:
     """Assemble ``ptx`` to a cubin in ``workdir``; return (cubin path, ptxas -v output)."""
     exe = find_tool("ptxas")

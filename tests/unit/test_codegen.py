@@ -163,7 +163,7 @@ def test_cuda_pipeline_records_every_pass_and_writes_nothing_to_fd2() -> None:
     nvvm = lowered.passes[names.index("convert-gpu-to-nvvm")].ir
     assert "nvvm.read.ptx.sreg.tid.x" in nvvm and "nvvm.barrier" in nvvm
     assert "gpu.func" not in nvvm and "llvm.func @scanweaver_blelloch" in nvvm
-    assert '#nvvm.target<O = 3, chip = "sm_90", features = "+ptx78">' in nvvm
+    assert '#nvvm.target<O = 3, chip = "sm_90", features = "+ptx78"' in nvvm
     assert "gpu.binary @scanweaver_kernels" in lowered.final_module
     # kernel LLVM IR and PTX
     check_order(lowered.llvm_ir, "define ptx_kernel void @scanweaver_blelloch(",
