@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import re
 from typing import ClassVar
 
 from pygments import highlight as _pygments_highlight
@@ -22,8 +23,6 @@ from pygments.token import (
     Keyword,
     Name,
     Number,
-    Operator,
-    Punctuation,
     String,
     Text,
     Whitespace,
@@ -60,7 +59,7 @@ class MlirLexer(RegexLexer):
             # !llvm.ptr, !gpu.async.token, !type_alias
             (r"![\w$.\-]+", Keyword.Type),
             # dialect.op (custom form) at the start of an operation, e.g. "arith.addf", "gpu.launch"
-            (r"\b([a-z_][\w]*)(\.)([\w.]+)\b", bygroups(Name.Builtin, Punctuation, Name.Builtin)),
+            (r"\b[a-z_]\w*\.[\w.]+\b", Name.Builtin),
             # builtin types
             (
                 (r"\b(i\d+|si\d+|ui\d+|f16|bf16|f32|f64|f80|f128|tf32|index|none"
@@ -75,11 +74,11 @@ class MlirLexer(RegexLexer):
             (r"0x[0-9a-fA-F]+", Number.Hex),
             # the "x" of a shape, as in memref<4x?xf32>
             (r"(\d+|\?)(x)(i\d+|f\d+|bf16|tf32|index)?",
-             bygroups(Number.Integer, Punctuation, Keyword.Type)),
+             bygroups(Number.Integer, Text, Keyword.Type)),
             (r"[-+]?\d+\.\d*([eE][-+]?\d+)?", Number.Float),
             (r"[-+]?\d+", Number.Integer),
-            (r"->|=|:|\*|\+|-", Operator),
-            (r"[(){}\[\]<>,?]", Punctuation),
+            # punctuation stays uncoloured: in large IR a span per bracket would double the HTML
+            (r"->|[=:*+\-(){}\[\]<>,?]", Text),
             (r"[A-Za-z_][\w$.]*", Text),
             (r".", Text),
         ],
@@ -94,6 +93,7 @@ _LEXERS: dict[str, type[Lexer]] = {
 }
 
 _FORMATTER = HtmlFormatter(cssclass=CSS_CLASS, nowrap=False)
+_WHITESPACE_SPAN = re.compile(r'<span class="w">(\s*)</span>')
 
 
 def style_sheet() -> str:
@@ -123,7 +123,8 @@ def highlight(text: str, language: str) -> str:
         return plain_html(text)
     lexer = lexer_type(stripnl=False, ensurenl=True)
     result: str = _pygments_highlight(text, lexer, _FORMATTER)
-    return result
+    # whitespace needs no colour: dropping its spans makes large IR about a third lighter
+    return _WHITESPACE_SPAN.sub(r"\1", result)
 
 
 def unified_diff(before: str, after: str, before_name: str, after_name: str,
