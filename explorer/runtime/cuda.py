@@ -237,6 +237,9 @@ class CudaKernel:
                     outputs.setdefault(a.name, a)
         self.specs = tuple(specs.values())
         self.h0_args = h0
+        # the keyword a caller uses for each initial state: ``<state>0`` (``h0`` for ``h``);
+        # the manifest may name the argument after the state (``h``) or the keyword (``h0``)
+        self.h0_keyword = {name: (f"{name}0" if name in outputs else name) for name in h0}
         order = list(artifact.outputs) or list(outputs)
         self.output_names = tuple(o for o in order if o in outputs)
         self.output_args = outputs
@@ -259,7 +262,7 @@ class CudaKernel:
     @property
     def h0_names(self) -> tuple[str, ...]:
         """Keyword names of the initial states: ``<state>0`` (``h0`` for the state ``h``)."""
-        return tuple(f"{s}0" for s in self.h0_args)
+        return tuple(self.h0_keyword[s] for s in self.h0_args)
 
     def __repr__(self) -> str:
         return (f"CudaKernel({self.artifact.describe()}, inputs={list(self.input_names)}, "
@@ -296,8 +299,8 @@ class CudaKernel:
         # the spec list: inputs/params, then the initial states that were given
         specs = list(self.specs)
         for state, info in self.h0_args.items():
-            if f"{state}0" in arrays:
-                specs.append(ArgSpec(f"{state}0", False, info.lane))
+            if self.h0_keyword[state] in arrays:
+                specs.append(ArgSpec(self.h0_keyword[state], False, info.lane))
         # shape checks on the host first (no device work for a wrong call)
         resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()})
         device_arrays = {n: _to_cupy(n, v, self.cast) for n, v in arrays.items()}
@@ -306,7 +309,7 @@ class CudaKernel:
             C, N, L = m.C, m.N, m.L
             h0 = {}
             for state, info in self.h0_args.items():
-                key = f"{state}0"
+                key = self.h0_keyword[state]
                 if key in m.arrays:
                     h0[state] = m.arrays[key]
                 else:

@@ -1,0 +1,156 @@
+"""Build the artifacts the GPU tests load, on a machine with the compiler (MLIR) and nvcc.
+
+    python tests/gpu/build_artifacts.py            # writes tests/gpu/artifacts/ (git-ignored)
+
+Then, on the GPU machine (which needs only NumPy, CuPy, and torch for the torch cases), with the
+folder copied beside the tests:
+
+    python -m pytest tests/gpu -q
+
+What is built:
+- ``abi-affine``, ``abi-selective``: hand-written CUDA kernels (``abi_kernels.cu``, compiled to
+  PTX with nvcc) that follow the kernel ABI. They test the runtime on its own, whatever the code
+  generator does.
+- ``<preset>-<strategy>``: every preset recurrence (:data:`explorer.presets.PRESETS`) compiled
+  with every strategy by :func:`explorer.compile`, when the compiler imports here.
+
+``index.json`` lists what was built and what failed to compile (with the error), so the tests
+report compile failures instead of silently testing less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+DEFAULT_OUT = HERE / "artifacts"
+
+sys.path.insert(0, str(ROOT))
+
+AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
+SELECTIVE = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
+             "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]")
+
+
+def _arg(name: str, role: str, timed: bool = False, lane: bool = False) -> dict[str, object]:
+    return {"name": name, "role": role, "timed": timed, "lane": lane,
+            "dtype": "int64" if role == "size" else "float32"}
+
+
+SIZES = [_arg("C", "size"), _arg("N", "size"), _arg("L", "size")]
+
+ABI = {
+    "abi-affine": {
+        "recurrence": AFFINE, "outputs": ["h"], "vector": False,
+        "kernel": "abi_affine",
+        "args": [_arg("a", "input", True), _arg("b", "input", True), _arg("h0", "h0"),
+                 _arg("h", "output", True)] + SIZES,
+    },
+    "abi-selective": {
+        "recurrence": SELECTIVE, "outputs": ["h", "y"], "vector": True,
+        "kernel": "abi_selective",
+        "args": [_arg("dt", "input", True), _arg("B", "input", True, True),
+                 _arg("x", "input", True), _arg("C", "input", True, True),
+                 _arg("A", "param", False, True), _arg("D", "param"),
+                 _arg("h0", "h0", False, True), _arg("h", "output", True, True),
+                 _arg("y", "output", True)] + SIZES,
+    },
+}
+
+
+def build_abi(out: Path, chip: str) -> dict[str, object]:
+    from explorer.runtime.artifact import write_artifact
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return {"error": "nvcc not found"}
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx_path = Path(tmp) / "abi.ptx"
+        arch = chip.replace("sm_", "compute_")
+        subprocess.run([nvcc, f"-arch={arch}", "-ptx", "-O3", str(HERE / "abi_kernels.cu"),
+                        "-o", str(ptx_path)], check=True)
+        ptx = ptx_path.read_text()
+    built: dict[str, object] = {}
+    for name, spec in ABI.items():
+        manifest = {
+            "format": "scanweaver-artifact/1", "recurrence": spec["recurrence"],
+            "strategy": "abi-reference", "options": {"block_size": 128}, "chip": chip,
+            "dtype": "float32",
+            "kernels": [{"name": spec["kernel"], "ptx": "kernel.ptx", "block": [128, 1, 1],
+                         "sequences_per_block": 128, "shared_bytes": 0,
+                         "args": spec["args"]}],
+            "outputs": spec["outputs"], "vector": spec["vector"],
+            "versions": {"nvcc": _nvcc_version(nvcc)},
+        }
+        write_artifact(out / name, ptx, manifest)
+        built[name] = {"recurrence": spec["recurrence"], "strategy": "abi-reference",
+                       "vector": spec["vector"], "source": "nvcc"}
+    return built
+
+
+def _nvcc_version(nvcc: str) -> str:
+    text = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release ([\d.]+)", text)
+    return m.group(1) if m else "?"
+
+
+def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, object],
+                                                                     dict[str, str]]:
+    try:
+        import explorer
+        from explorer.codegen.options import STRATEGIES
+        from explorer.presets import PRESETS
+    except Exception as err:  # no compiler here
+        return {}, {"*": f"explorer.compile unavailable: {type(err).__name__}: {err}"}
+    built: dict[str, object] = {}
+    failed: dict[str, str] = {}
+    for preset, text in PRESETS.items():
+        for strategy in strategies or list(STRATEGIES):
+            name = f"{re.sub(r'[^a-z0-9]+', '-', preset.lower()).strip('-')}-{strategy}"
+            try:
+                compiled = explorer.compile(text, target="cuda", strategy=strategy)
+                compiled.save(out / name)
+                built[name] = {"recurrence": text, "strategy": strategy,
+                               "vector": bool(compiled.form.vector), "source": "explorer"}
+            except Exception as err:
+                failed[name] = f"{type(err).__name__}: {err}"
+                traceback.print_exc()
+    return built, failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--chip", default="sm_90")
+    parser.add_argument("--strategies", default=None,
+                        help="comma list (default: every strategy the compiler has)")
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    abi = build_abi(out, args.chip)
+    failed: dict[str, str] = {}
+    if "error" in abi:
+        failed["abi"] = str(abi.pop("error"))
+    compiled, failed_c = build_compiled(
+        out, args.strategies.split(",") if args.strategies else None)
+    failed.update(failed_c)
+    index = {"artifacts": {**abi, **compiled}, "failed": failed, "chip": args.chip}
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    print(f"{len(index['artifacts'])} artifacts in {out}; {len(failed)} failed"
+          + "".join(f"\n  {k}: {v.splitlines()[0]}" for k, v in failed.items()))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""Benchmark pieces that need no GPU: the float64 reference, sizes, ratios, table, JSON, figure."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from explorer.bench.affine import affine_roles, affine_scan_f64, max_rel_error, random_problem
+from explorer.bench.methods import ALIASES, BASELINES, baselines
+from explorer.bench.results import (
+    Record,
+    finalize,
+    format_table,
+    gbps,
+    load_json,
+    save_html,
+    save_json,
+    to_json,
+)
+from explorer.bench.sweep import _Printer, parse_sizes
+from explorer.bench.timing import choose_reps
+
+
+def _loop(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None = None) -> np.ndarray:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    out = np.empty_like(a64)
+    h = np.zeros(a.shape[0]) if h0 is None else h0.astype(np.float64)
+    for t in range(a.shape[1]):
+        h = a64[:, t] * h + b64[:, t]
+        out[:, t] = h
+    return out
+
+
+@pytest.mark.parametrize("C, L", [(1, 1), (3, 33), (2, 4096), (2, 5000), (1, 20000)])
+def test_reference_matches_a_plain_loop(C: int, L: int) -> None:
+    a, b = random_problem(C, L, seed=L)
+    h0 = np.linspace(-1, 1, C)
+    got = affine_scan_f64(a, b, h0=h0)
+    assert got.dtype == np.float64 and got.shape == (C, L)
+    assert max_rel_error(got, _loop(a, b, h0)) < 1e-12
+
+
+def test_reference_refuses_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match="C, L"):
+        affine_scan_f64(np.ones((2, 3)), np.ones((2, 4)))
+
+
+def test_random_problem_is_seeded_float32_with_decays_in_range() -> None:
+    a, b = random_problem(4, 100, seed=1)
+    a2, _ = random_problem(4, 100, seed=1)
+    assert a.dtype == np.float32 and b.dtype == np.float32
+    assert np.array_equal(a, a2)
+    assert a.min() >= 0.5 and a.max() <= 1.0
+
+
+def test_max_rel_error_scales_and_flags_nan() -> None:
+    ref = np.array([1.0, -4.0, 2.0])
+    assert max_rel_error(ref + np.array([0, 0.004, 0]), ref) == pytest.approx(1e-3)
+    assert max_rel_error(np.array([1.0, np.nan, 2.0]), ref) == math.inf
+    assert max_rel_error(np.zeros(3), np.zeros(3)) == 0.0
+    with pytest.raises(ValueError, match="shape"):
+        max_rel_error(np.zeros(2), np.zeros(3))
+
+
+@pytest.mark.parametrize("text, roles", [
+    ("h[t] = a[t] * h[t-1] + b[t]", ("h", "a", "b")),
+    ("h[t]=h[t-1]*g[t]+x[t]", ("h", "g", "x")),
+    ("y[t] = u[t] + d[t] * y[t-1]", ("y", "d", "u")),
+    ("h[t] = 0.9 * h[t-1] + x[t]", None),
+    ("h[t] = a[t] * h[t-2] + b[t]", None),
+    ("h[t] = a[t] * h[t-1] + b[t]\ny[t] = h[t]", None),
+])
+def test_affine_roles(text: str, roles: tuple[str, str, str] | None) -> None:
+    assert affine_roles(text) == roles
+
+
+def test_parse_sizes() -> None:
+    assert parse_sizes("4096x1024, 16x2^20,1x2**26") == [(4096, 1024), (16, 2**20), (1, 2**26)]
+    assert parse_sizes([(2, 3)]) == [(2, 3)]
+    for bad in ("4096", "4x4x4", "ax3", "0x5", ""):
+        with pytest.raises(ValueError):
+            parse_sizes(bad)
+
+
+def test_baseline_names_and_aliases() -> None:
+    assert [m.name for m in baselines("cuda,jax")] == ["cuda-sequential",
+                                                       "jax-associative-scan"]
+    assert len(baselines("all")) == len(BASELINES) == len(baselines(None))
+    assert baselines("none") == []
+    assert all(v in BASELINES for v in ALIASES.values())
+    with pytest.raises(ValueError, match="unknown baseline"):
+        baselines("nope")
+
+
+def test_choose_reps() -> None:
+    assert choose_reps(10.0, 300.0, 5, 100) == 30
+    assert choose_reps(1000.0, 300.0, 5, 100) == 5
+    assert choose_reps(0.001, 300.0, 5, 100) == 100
+
+
+def _records() -> list[Record]:
+    C, L = 16, 1 << 20
+
+    def rec(method: str, kind: str, ms: float | None, status: str = "ok",
+            reason: str = "") -> Record:
+        return Record(method, kind, C, L, status, time_ms=ms,
+                      gbps=gbps(C, L, ms) if ms else None, reason=reason,
+                      max_rel_err=1e-7 if status == "ok" and kind != "roofline" else None,
+                      timer="cuda-events", reps=10)
+
+    return [rec("copy (roofline)", "roofline", 0.1), rec("cuda-sequential", "baseline", 2.0),
+            rec("cub", "baseline", 0.4), rec("jax", "baseline", None, "skipped", "skipped: no"),
+            rec("scanweaver-blelloch", "generated", 0.2),
+            rec("scanweaver-bad", "generated", None, "wrong", "wrong: max rel err 1e+00")]
+
+
+def test_ratios() -> None:
+    recs = finalize(_records())
+    by = {r.method: r for r in recs}
+    assert by["copy (roofline)"].of_copy == pytest.approx(1.0)
+    assert by["copy (roofline)"].vs_best is None
+    assert by["scanweaver-blelloch"].of_copy == pytest.approx(0.5)
+    assert by["scanweaver-blelloch"].vs_best == pytest.approx(2.0)  # cub 0.4 / 0.2
+    assert by["cub"].vs_best == pytest.approx(1.0)
+    assert by["cuda-sequential"].vs_best == pytest.approx(0.2)
+    assert by["jax"].of_copy is None and by["scanweaver-bad"].vs_best is None
+    assert gbps(16, 1 << 20, 0.2) == pytest.approx(12 * 16 * (1 << 20) / 0.2e-3 / 1e9)
+
+
+def test_table_lists_every_record_with_reasons() -> None:
+    text = format_table(_records(), title="GPU X")
+    lines = text.splitlines()
+    assert lines[0] == "GPU X"
+    assert "of copy" in lines[1] and "vs best base" in lines[1]
+    body = "\n".join(lines[3:])
+    for name in ("copy (roofline)", "cuda-sequential", "scanweaver-blelloch", "jax"):
+        assert name in body
+    assert "wrong: max rel err" in body and "skipped: no" in body
+    row = next(line for line in lines if "scanweaver-blelloch" in line).split()
+    assert row[:3] == ["16x2^20", "scanweaver-blelloch", "ok"]
+    assert row[3:8] == ["0.2000", "1006.6", "0.500", "2.000", "1.0e-07"]
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    env = {"gpu": "Test GPU", "driver": "1.0", "libraries": {"numpy": np.__version__}}
+    recs = _records()
+    recs[1].max_rel_err = math.inf
+    path = save_json(tmp_path / "b.json", recs, env, {"command": "scanweaver bench x"})
+    data = json.loads(path.read_text())
+    assert data["environment"]["gpu"] == "Test GPU" and data["meta"]["command"]
+    assert data["bytes_per_element"] == 12
+    back, env2 = load_json(path)
+    assert env2 == env
+    assert [r.method for r in back] == [r.method for r in recs]
+    assert back[1].max_rel_err == math.inf
+    assert to_json(recs, env)["results"][4]["vs_best"] == pytest.approx(2.0)
+
+
+def test_figure_has_a_line_per_timed_method_and_the_roofline(tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    recs = _records() + [Record("copy (roofline)", "roofline", 4096, 1024, "ok", time_ms=0.05,
+                                gbps=gbps(4096, 1024, 0.05))]
+    from explorer.bench.results import figure
+
+    fig = figure(recs)
+    names = [t.name for t in fig.data]
+    assert names == ["copy (roofline)", "cuda-sequential", "cub", "scanweaver-blelloch"]
+    roof = fig.data[0]
+    assert list(roof.x) == [1024, 1 << 20] and roof.line.dash == "dash"
+    out = save_html(tmp_path / "f.html", recs, include_plotlyjs="cdn")
+    assert "scanweaver-blelloch" in out.read_text()
+
+
+def test_progress_printer(capsys: pytest.CaptureFixture[str]) -> None:
+    p = _Printer(2)
+    recs = _records()
+    p(1, 2, recs[4])
+    p(2, 2, recs[3])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("[1/2] 16x1048576 scanweaver-blelloch: 0.2000 ms")
+    assert err[1] == "[2/2] 16x1048576 jax: skipped: skipped: no"

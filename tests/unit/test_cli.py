@@ -1,0 +1,102 @@
+"""The ``scanweaver`` command line: argument parsing, options, and paths that need no GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from explorer import cli
+from explorer.cli import DEFAULT_SIZES, build_parser, compile_options, main
+
+AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
+
+
+def test_compile_arguments() -> None:
+    args = build_parser().parse_args(["compile", AFFINE, "-o", "out", "--strategy",
+                                      "sequential", "--block-size", "128", "--option",
+                                      "elements-per-thread=8", "--option", "chip=sm_80"])
+    assert args.command == "compile" and args.recurrence == AFFINE and args.output == "out"
+    assert args.strategy == "sequential" and args.target == "cuda"
+    assert compile_options(args) == {"block_size": 128, "elements_per_thread": 8,
+                                     "chip": "sm_80"}
+
+
+def test_compile_defaults_and_bad_option() -> None:
+    args = build_parser().parse_args(["compile", AFFINE, "-o", "x"])
+    assert args.strategy == "blelloch" and compile_options(args) == {}
+    args = build_parser().parse_args(["compile", AFFINE, "-o", "x", "--option", "oops"])
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        compile_options(args)
+
+
+def test_compile_requires_output(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["compile", AFFINE])
+    assert "-o/--output" in capsys.readouterr().err
+
+
+def test_run_and_bench_arguments() -> None:
+    r = build_parser().parse_args(["run", "dir", "--channels", "7", "--length", "33"])
+    assert (r.artifact, r.channels, r.length, r.state_size) == ("dir", 7, 33, 16)
+    b = build_parser().parse_args(["bench", "d1", "d2", "--sizes", "4096x1024",
+                                   "--baselines", "cuda,jax", "--json", "o.json", "--html",
+                                   "o.html", "--no-copy"])
+    assert b.artifacts == ["d1", "d2"] and b.sizes == "4096x1024"
+    assert b.baselines == "cuda,jax" and b.json_path == "o.json" and b.html_path == "o.html"
+    assert b.no_copy
+    d = build_parser().parse_args(["bench"])
+    assert d.artifacts == [] and d.sizes == DEFAULT_SIZES and d.baselines == "all"
+
+
+def test_unknown_command_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["frobnicate"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_run_and_bench_without_a_gpu_say_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import explorer.runtime.cuda as cuda
+    from explorer.runtime.artifact import write_artifact
+    from tests.unit.test_runtime_artifact import PTX, _manifest
+
+    art = write_artifact(tmp_path / "art", PTX, _manifest())
+    monkeypatch.setattr(cuda, "gpu_available", lambda: False)
+    assert main(["run", str(art)]) == 2
+    assert main(["bench", str(art)]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_recurrence_from_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "rec.txt"
+    f.write_text(AFFINE + "\n")
+    assert cli._read_recurrence(str(f)).strip() == AFFINE
+    assert cli._read_recurrence(AFFINE) == AFFINE
+
+
+def test_console_script_help_runs_without_the_compiler() -> None:
+    code = ("import sys; sys.modules['mlir'] = None; sys.modules['sympy'] = None\n"
+            "from explorer.cli import main\n"
+            "try:\n    main(['bench', '--help'])\nexcept SystemExit as e:\n"
+            "    assert e.code == 0\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--sizes" in out.stdout and "--baselines" in out.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlir") is None, reason="needs the MLIR bindings")
+def test_compile_writes_a_loadable_artifact(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from explorer.runtime.artifact import load_artifact
+
+    out = tmp_path / "seq"
+    assert main(["compile", AFFINE, "--strategy", "sequential", "-o", str(out)]) == 0
+    art = load_artifact(out)
+    assert art.strategy == "sequential" and art.recurrence == AFFINE
+    assert "wrote" in capsys.readouterr().out

@@ -1,0 +1,206 @@
+"""The artifact format (manifest + PTX) and the CUDA runtime's checks that need no GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from explorer.errors import RecurrenceError
+from explorer.runtime.artifact import (
+    FORMAT,
+    ArtifactError,
+    content_hash,
+    load_artifact,
+    validate_manifest,
+    write_artifact,
+)
+from explorer.runtime.cuda import array_kind, check_array_dtype
+
+PTX = """//
+.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry scan_kernel(
+    .param .u64 p0
+)
+{
+    ret;
+}
+"""
+
+
+def _manifest(**over: Any) -> dict[str, Any]:
+    m: dict[str, Any] = {
+        "format": FORMAT, "recurrence": "h[t] = a[t] * h[t-1] + b[t]", "strategy": "blelloch",
+        "options": {"block_size": 256}, "chip": "sm_90", "dtype": "float32",
+        "kernels": [{
+            "name": "scan_kernel", "ptx": "kernel.ptx", "block": [256, 1, 1],
+            "sequences_per_block": 1, "shared_bytes": 0,
+            "args": [
+                {"name": "a", "role": "input", "timed": True, "lane": False, "dtype": "float32"},
+                {"name": "b", "role": "input", "timed": True, "lane": False, "dtype": "float32"},
+                {"name": "h0", "role": "h0", "timed": False, "lane": False, "dtype": "float32"},
+                {"name": "h", "role": "output", "timed": True, "lane": False,
+                 "dtype": "float32"},
+                {"name": "C", "role": "size", "dtype": "int64"},
+                {"name": "N", "role": "size", "dtype": "int64"},
+                {"name": "L", "role": "size", "dtype": "int64"},
+            ]}],
+        "outputs": ["h"], "vector": False, "versions": {"explorer": "test"},
+    }
+    m.update(over)
+    return m
+
+
+def test_round_trip_keeps_manifest_and_ptx(tmp_path: Path) -> None:
+    out = write_artifact(tmp_path / "art", PTX, _manifest())
+    art = load_artifact(out)
+    assert art.ptx_text["kernel.ptx"] == PTX
+    assert art.strategy == "blelloch" and art.outputs == ("h",) and not art.vector
+    assert len(art.hash) == 64
+    k = art.kernels[0]
+    assert k.name == "scan_kernel" and k.block == (256, 1, 1) and k.threads == 256
+    assert [a.role for a in k.args] == ["input", "input", "h0", "output", "size", "size", "size"]
+    # the file on disk is the manifest plus the hash; loading it again gives the same
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert {k: v for k, v in on_disk.items() if k != "hash"} == _manifest()
+    assert load_artifact(out / "manifest.json").manifest == art.manifest
+
+
+def test_hash_detects_a_changed_ptx(tmp_path: Path) -> None:
+    out = write_artifact(tmp_path / "art", PTX, _manifest())
+    (out / "kernel.ptx").write_text(PTX.replace("ret;", "ret; // edited"))
+    with pytest.raises(ArtifactError, match="hash"):
+        load_artifact(out)
+    assert load_artifact(out, verify=False).kernels[0].name == "scan_kernel"
+
+
+def test_hash_depends_on_manifest_content() -> None:
+    h1 = content_hash(_manifest(), {"kernel.ptx": PTX})
+    h2 = content_hash(_manifest(strategy="sequential"), {"kernel.ptx": PTX})
+    assert h1 != h2 and h1 == content_hash(_manifest(), {"kernel.ptx": PTX})
+
+
+def test_grid_follows_the_contract() -> None:
+    k = validate_manifest(_manifest())[0]
+    assert k.grid(4096, 1) == (4096, 1, 1)
+    m = _manifest()
+    m["kernels"][0]["sequences_per_block"] = 256
+    k = validate_manifest(m)[0]
+    assert k.grid(1000, 16) == (63, 1, 1)  # ceil(16000 / 256)
+    assert k.grid(0, 1) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m.update(format="other/2"), "format"),
+    (lambda m: m.update(dtype="float16"), "dtype"),
+    (lambda m: m.update(kernels=[]), "kernels"),
+    (lambda m: m["kernels"][0].pop("name"), "name"),
+    (lambda m: m["kernels"][0].update(block=[2048, 1, 1]), "1024 threads"),
+    (lambda m: m["kernels"][0].update(block=[0]), "block"),
+    (lambda m: m["kernels"][0].update(sequences_per_block=0), "sequences_per_block"),
+    (lambda m: m["kernels"][0].update(shared_bytes=-1), "shared_bytes"),
+    (lambda m: m["kernels"][0].update(ptx="../outside.ptx"), "inside the artifact"),
+    (lambda m: m["kernels"][0]["args"][0].update(role="weird"), "role"),
+    (lambda m: m["kernels"][0]["args"][0].update(dtype="float64"), "float32"),
+    (lambda m: m["kernels"][0]["args"][4].update(name="Q"), "C, N, L"),
+    (lambda m: m["kernels"][0]["args"].append(dict(m["kernels"][0]["args"][0])), "duplicate"),
+    (lambda m: m.update(outputs=["h", "y"]), "written by no kernel"),
+])
+def test_invalid_manifests_name_the_field(edit: Any, match: str) -> None:
+    m = _manifest()
+    edit(m)
+    with pytest.raises(ArtifactError, match=match):
+        validate_manifest(m)
+
+
+def test_an_input_may_share_a_size_name() -> None:
+    # the selective scan reads an input called C; the size argument C is a different thing
+    m = _manifest()
+    m["kernels"][0]["args"].insert(0, {"name": "C", "role": "input", "timed": True,
+                                       "lane": True})
+    assert validate_manifest(m)[0].args[0].name == "C"
+
+
+def test_missing_files_and_entries(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="not an artifact"):
+        load_artifact(tmp_path)
+    out = write_artifact(tmp_path / "art", PTX, _manifest())
+    (out / "kernel.ptx").unlink()
+    with pytest.raises(ArtifactError, match="missing"):
+        load_artifact(out)
+    out2 = write_artifact(tmp_path / "art2", PTX.replace("scan_kernel", "other"), _manifest())
+    with pytest.raises(ArtifactError, match="no .entry"):
+        load_artifact(out2)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="JSON"):
+        load_artifact(tmp_path / "bad")
+
+
+def test_several_ptx_files(tmp_path: Path) -> None:
+    m = _manifest()
+    second = json.loads(json.dumps(m["kernels"][0]))
+    second.update(name="second", ptx="second.ptx")
+    m["kernels"].append(second)
+    with pytest.raises(ArtifactError, match="mapping"):
+        write_artifact(tmp_path / "x", PTX, m)
+    out = write_artifact(tmp_path / "x", {"kernel.ptx": PTX,
+                                          "second.ptx": PTX.replace("scan_kernel", "second")}, m)
+    art = load_artifact(out)
+    assert [k.name for k in art.kernels] == ["scan_kernel", "second"]
+
+
+# --- checks done before any device work ---------------------------------------------------
+
+def test_array_kind() -> None:
+    assert array_kind(np.zeros(3)) == "numpy"
+    assert array_kind([1.0, 2.0]) == "numpy"
+
+
+@pytest.mark.parametrize("value", [np.zeros(3, np.float32), 1.5, 2, np.float32(3)])
+def test_dtype_accepted(value: Any) -> None:
+    check_array_dtype("a", value, cast=False)
+
+
+@pytest.mark.parametrize("value, text", [
+    (np.zeros(3, np.float64), "float64"), (np.zeros(3, np.int64), "int64"),
+    (np.zeros(3, np.complex64), "complex64"), (True, "bool"), ("x", "array"),
+])
+def test_dtype_refused_with_the_name(value: Any, text: str) -> None:
+    with pytest.raises(RecurrenceError, match=f"dt.*{text}"):
+        check_array_dtype("dt", value, cast=False)
+
+
+def test_cast_allows_other_real_dtypes() -> None:
+    check_array_dtype("a", np.zeros(3, np.float64), cast=True)
+    with pytest.raises(RecurrenceError):
+        check_array_dtype("a", np.zeros(3, np.complex64), cast=True)
+
+
+# --- importable without the compiler ------------------------------------------------------
+
+def test_runtime_imports_without_mlir_and_sympy() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['mlir'] = None\n"
+        "sys.modules['sympy'] = None\n"
+        "import explorer.runtime.artifact, explorer.runtime.cuda\n"
+        "import explorer.bench, explorer.bench.affine, explorer.bench.results\n"
+        "import explorer.cli\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('mlir', 'sympy', 'cupy')"
+        " and sys.modules[m] is not None]\n"
+        "assert not bad, bad\n"
+        "print('ok')\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
