@@ -180,3 +180,30 @@ def test_the_plot_receives_points(page: Any, output_dir: Path) -> None:
         "/stopped|done/.test(document.querySelector('.sw-explorer .sw-run-panel').innerText)",
         timeout=240_000)
     page.locator(EXPLORER).screenshot(path=str(output_dir / "09-run-sweep.png"))
+
+
+def test_switching_passes_of_a_larger_recurrence(page: Any, output_dir: Path) -> None:
+    """The Mamba preset: longer IR per pass; the time to switch is printed."""
+    page.locator(f"{EXPLORER} .widget-dropdown select").first.select_option(
+        label="selective scan")
+    page.wait_for_function(
+        "document.querySelector('.sw-explorer .sw-recurrence textarea').value.includes('exp(')",
+        timeout=60_000)
+    _tab(page, "MLIR")
+    page.wait_for_function(
+        "document.querySelector('.sw-explorer .sw-mlir-code').innerText.includes('dt')"
+        " || document.querySelector('.sw-explorer .sw-mlir-code').innerText.includes('exp')",
+        timeout=120_000)
+    select = page.locator(f"{EXPLORER} .sw-pass-selector select")
+    count = select.locator("option").count()
+    characters = []
+    timings = []
+    for index in [count - 1, 0] * 4:
+        elapsed = page.evaluate(SWITCH_PASS_JS, [index])
+        assert elapsed >= 0, "the IR did not change after moving the pass selector"
+        timings.append(elapsed)
+        characters.append(len(page.locator(f"{EXPLORER} .sw-mlir-code").inner_text()))
+    print(f"\nswitching a pass of the selective scan ({count} passes, up to {max(characters):,} "
+          f"characters of IR): median {statistics.median(timings):.0f} ms, "
+          f"max {max(timings):.0f} ms over {len(timings)} switches")
+    page.locator(EXPLORER).screenshot(path=str(output_dir / "10-selective-scan-mlir.png"))
