@@ -307,6 +307,14 @@ class RunPanel:
         if sizes is None:
             low, high = self.sizes.value
             sizes = [s for s in SIZES if low <= s <= high]
+        try:
+            # build the runner here, on the kernel's thread: on the CPU path that compiles the
+            # host module, which must not race with a compile started from the controls
+            compiled.runner(compiled.device)
+        except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
+            self.status.value = ("<span style='color:#a00'>"
+                                 f"{html.escape(type(err).__name__ + ': ' + str(err))}</span>")
+            return
         self._stop.clear()
         self.measurements = []
         with self.figure.batch_update():
