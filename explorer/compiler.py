@@ -294,10 +294,12 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     for i, p in enumerate(passes):
         name = p.name if p.name not in stages else f"{p.name} #{i}"
         stages[name] = Stage(name, p.ir, p.seconds, kind="mlir")
-    stages["llvm"] = Stage("llvm", lowered.llvm_ir, 0.0, kind="llvm")
+    stages["llvm"] = Stage("llvm", lowered.llvm_ir, lowered.llvm_seconds, kind="llvm")
     ptx_info = None
     if opts.target == "cuda" and lowered.ptx is not None:
-        stages["ptx"] = Stage("ptx", lowered.ptx, 0.0, kind="ptx")
+        # PTX is emitted by the gpu-module-to-binary pass: its time is the PTX stage's
+        to_binary = [p.seconds for p in passes if p.name.startswith("gpu-module-to-binary")]
+        stages["ptx"] = Stage("ptx", lowered.ptx, sum(to_binary), kind="ptx")
         from explorer.codegen.ptxas import ptxas_info
 
         ptx_info = ptxas_info(lowered.ptx, opts.chip)

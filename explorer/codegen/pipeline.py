@@ -54,6 +54,7 @@ class Lowered:
     final_module: str
     seconds: float = 0.0
     kernel_names: list[str] = field(default_factory=list)
+    llvm_seconds: float = 0.0   # translating the LLVM dialect to LLVM IR
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ def lower(built: BuiltModule | str, options: Options,
     records: list[PassRecord] = []
     diagnostics: list[str] = []
     llvm_ir = ""
+    llvm_seconds = 0.0
     start = time.perf_counter()
     with Context() as ctx, Location.unknown():
         def collect(d: Any) -> bool:
@@ -214,10 +216,14 @@ def lower(built: BuiltModule | str, options: Options,
                                       step.pipeline))
             before = after
             if step.name == _KERNEL_LLVM_AFTER:
+                t0 = time.perf_counter()
                 llvm_ir = _kernel_llvm_ir(module)
+                llvm_seconds = time.perf_counter() - t0
         ptx = _ptx_of(module) if options.target == "cuda" else None
         if options.target == "cpu":
+            t0 = time.perf_counter()
             llvm_ir = str(llvm.translate_module_to_llvmir(module.operation))
+            llvm_seconds = time.perf_counter() - t0
         elif ptx is not None and ".extern .func __nv_" in ptx:
             raise CompileError(
                 "the PTX calls libdevice functions that were not linked (math functions such "
@@ -226,5 +232,6 @@ def lower(built: BuiltModule | str, options: Options,
                 pass_name="gpu-module-to-binary", ir_before=before)
         final = before
     names = [] if isinstance(built, str) else [k.name for k in built.kernels]
-    return Lowered(records, llvm_ir, ptx, final, time.perf_counter() - start, names)
+    return Lowered(records, llvm_ir, ptx, final, time.perf_counter() - start, names,
+                   llvm_seconds)
 
