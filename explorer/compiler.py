@@ -115,7 +115,9 @@ class Compiled:
     def __call__(self, device: str | None = None, L: int | None = None, **arrays: Any) -> Any:
         """Run on ``device`` (default: :attr:`device`); time is the last axis of every input."""
         dev = device or self.device
-        return self.runner(dev)(L=L, **arrays)
+        if L is not None:  # only needed when no input is indexed by time
+            arrays["L"] = L
+        return self.runner(dev)(**arrays)
 
     def runner(self, device: str) -> Callable[..., Any]:
         if device not in self._runners:
