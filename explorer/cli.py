@@ -4,6 +4,7 @@
     scanweaver run out/blelloch --channels 4096 --length 1024
     scanweaver bench out/blelloch out/sequential --sizes 4096x1024,16x2^20 \\
         --baselines all --json bench.json --html bench.html
+    scanweaver report bench.json --html bench.html     # figure from saved results
 
 ``compile`` needs the compiler (sympy, MLIR); ``run`` and ``bench`` need NumPy and CuPy only
 (PyTorch, JAX, cuda-cccl and accelerated-scan are used by ``bench`` when they import).
@@ -77,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-flush", action="store_true",
                    help="do not evict L2 between timed launches")
     b.add_argument("--quiet", action="store_true", help="no progress display")
+
+    p = sub.add_parser("report", help="table and figure from a bench JSON file (no GPU needed)")
+    p.add_argument("json_in", metavar="JSON", help="a file written by scanweaver bench --json")
+    p.add_argument("--html", dest="html_path", default=None, help="write the plotly figure")
+    p.add_argument("--table", dest="table_path", default=None, help="write the text table")
     return parser
 
 
@@ -119,8 +125,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def random_inputs(kernel: Any, C: int, L: int, N: int, seed: int) -> dict[str, Any]:
-    """Float32 inputs for every array a kernel reads: decays in (0.5, 1) for the names that
-    multiply the state in the plain affine scan, N(0, 1) otherwise (small, for parameters)."""
+    """Float32 inputs for every array a kernel reads: decays in (0.5, 1) for the name that
+    multiplies the state in the plain affine scan, Mamba's ranges for ``dt`` and ``A``, N(0, 1)
+    otherwise (0.5 N(0, 1) for parameters)."""
     import numpy as np
 
     from explorer.bench.affine import affine_roles
@@ -136,6 +143,10 @@ def random_inputs(kernel: Any, C: int, L: int, N: int, seed: int) -> dict[str, A
             shape += (L,)
         if roles is not None and spec.name == roles[1]:
             arrays[spec.name] = (0.5 + 0.5 * rng.random(shape)).astype(np.float32)
+        elif spec.name == "dt":  # Mamba's step size: positive
+            arrays[spec.name] = rng.uniform(0.01, 0.2, shape).astype(np.float32)
+        elif spec.name == "A":  # Mamba's decay rates: negative, so exp(dt * A) < 1
+            arrays[spec.name] = -rng.uniform(0.5, 2.0, shape).astype(np.float32)
         elif spec.timed:
             arrays[spec.name] = rng.standard_normal(shape).astype(np.float32)
         else:
@@ -216,9 +227,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run(args.sizes, args.artifacts, args.baselines, include_copy=not args.no_copy,
                  options=opts, progress=not args.quiet)
     result.meta["command"] = "scanweaver " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    gpu = result.environment.get("gpu") or "unknown GPU"
-    title = (f"{gpu}, driver {result.environment.get('driver', '?')}, "
-             f"CUDA runtime {result.environment.get('cuda_runtime', '?')}")
+    title = _title(result.environment)
     table = result.table(title)
     print(table)
     if args.table_path:
@@ -236,9 +245,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _title(env: dict[str, Any]) -> str:
+    return (f"{env.get('gpu') or 'unknown GPU'}, driver {env.get('driver', '?')}, "
+            f"CUDA runtime {env.get('cuda_runtime', '?')}")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from explorer.bench.results import format_table, load_json, save_html
+
+    records, env = load_json(args.json_in)
+    table = format_table(records, _title(env))
+    print(table)
+    if args.table_path:
+        Path(args.table_path).write_text(table + "\n")
+    if args.html_path:
+        save_html(args.html_path, records, _title(env))
+        print(f"wrote {args.html_path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"compile": cmd_compile, "run": cmd_run, "bench": cmd_bench}[args.command]
+    handler = {"compile": cmd_compile, "run": cmd_run, "bench": cmd_bench,
+               "report": cmd_report}[args.command]
     return handler(args)
 
 

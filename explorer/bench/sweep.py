@@ -105,6 +105,8 @@ class Options:
     max_reps: int = 100
     flush_l2: bool = True
     seed: int = 0
+    slow_s: float = 1.0  # a check run longer than this: no more warm-up, slow_reps repetitions
+    slow_reps: int = 3
 
 
 def _to_cupy(x: Any) -> Any:
@@ -140,11 +142,14 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
     try:
         prepared = method.setup(problem)
         rec.note = prepared.note
+        check_s = 0.0
         if method.kind != "roofline":
+            t1 = time.perf_counter()
             got = prepared.run()
             if prepared.block is not None:
                 prepared.block(got)
             cp.cuda.get_current_stream().synchronize()
+            check_s = time.perf_counter() - t1
             rec.setup_s = time.perf_counter() - t0
             err = max_rel_error(_to_cupy(prepared.output()), ref, xp=cp)
             rec.max_rel_err = err
@@ -155,13 +160,17 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
         else:
             rec.setup_s = time.perf_counter() - t0
         budget = prepared.budget_ms or opts.budget_ms
+        warmup, min_reps, max_reps = opts.warmup, opts.min_reps, opts.max_reps
+        if check_s > opts.slow_s:
+            # seconds a launch (a sequential walk over 2**26 steps): the check run was the
+            # warm-up, and a few repetitions say enough
+            warmup, min_reps, max_reps = 0, opts.slow_reps, opts.slow_reps
+            rec.extra["slow_path"] = f"check run {check_s:.1f} s: no warm-up, {opts.slow_reps} reps"
         if prepared.timer == "host":
             block = prepared.block or (lambda r: r)
-            timing = time_host(prepared.run, block, opts.warmup, budget, opts.min_reps,
-                               opts.max_reps, flusher)
+            timing = time_host(prepared.run, block, warmup, budget, min_reps, max_reps, flusher)
         else:
-            timing = time_cuda(prepared.run, opts.warmup, budget, opts.min_reps,
-                               opts.max_reps, flusher)
+            timing = time_cuda(prepared.run, warmup, budget, min_reps, max_reps, flusher)
         rec.time_ms = timing.median_ms
         rec.gbps = gbps(problem.C, problem.L, timing.median_ms)
         rec.timer = timing.timer

@@ -39,7 +39,7 @@ class Timing:
 def choose_reps(estimate_ms: float, budget_ms: float, min_reps: int, max_reps: int) -> int:
     """As many repetitions as fit ``budget_ms`` (one takes ``estimate_ms``), within the bounds."""
     if estimate_ms <= 0:
-        return max_reps
+        return max(min_reps, max_reps)
     return int(max(min_reps, min(max_reps, budget_ms // estimate_ms)))
 
 
@@ -63,7 +63,7 @@ def time_cuda(fn: Callable[[], Any], warmup: int = 3, budget_ms: float = 300.0,
     import cupy as cp
 
     stream = cp.cuda.get_current_stream()
-    for _ in range(max(1, warmup)):
+    for _ in range(max(0, warmup)):
         fn()
     if sync is not None:
         sync()
@@ -93,7 +93,7 @@ def time_host(fn: Callable[[], Any], block: Callable[[Any], Any], warmup: int = 
               budget_ms: float = 300.0, min_reps: int = 5, max_reps: int = 100,
               flush: Flusher | None = None) -> Timing:
     """Median wall time of ``block(fn())`` (for work on streams the events cannot see)."""
-    for _ in range(max(1, warmup)):
+    for _ in range(max(0, warmup)):
         block(fn())
     samples: list[float] = []
 

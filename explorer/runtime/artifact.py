@@ -194,8 +194,9 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
     if not isinstance(args_raw, Sequence) or isinstance(args_raw, str):
         raise ArtifactError(f"{where}: args must be a list")
     args = tuple(_parse_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args_raw))
-    names = [a.name + ("#" + a.role if a.role in ("h0", "output") else "") for a in args]
-    dup = sorted({n for n in names if names.count(n) > 1})
+    # an input may share its name with a state (h0, output) or a size (the selective scan's C)
+    names = [(a.name, a.role if a.role in ("h0", "output", "size") else "array") for a in args]
+    dup = sorted({f"{n} ({r})" for n, r in names if names.count((n, r)) > 1})
     if dup:
         raise ArtifactError(f"{where}: duplicate arguments {dup}")
     return KernelInfo(name=name, ptx=ptx, block=(int(block[0]), int(block[1]), int(block[2])),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -294,8 +295,7 @@ class CudaKernel:
         if kind == "torch" and stream is None and template is not None and template.is_cuda:
             import torch
 
-            stream = cp.cuda.ExternalStream(torch.cuda.current_stream(template.device)
-                                            .cuda_stream)
+            stream = _external_stream(torch.cuda.current_stream(template.device).cuda_stream)
         # the spec list: inputs/params, then the initial states that were given
         specs = list(self.specs)
         for state, info in self.h0_args.items():
@@ -375,6 +375,30 @@ class CudaKernel:
             func(grid, kernel.block, args, shared_mem=kernel.shared_bytes, stream=stream)
         except Exception as err:
             raise self._launch_error(kernel, grid, err) from err
+
+
+class _StreamHandle:
+    """A raw CUDA stream pointer behind the CUDA stream protocol (``__cuda_stream__``)."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = int(ptr)
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.ptr)
+
+
+def _external_stream(ptr: int) -> Any:
+    """A CuPy stream for a stream another library owns (PyTorch's current stream)."""
+    cp = _cupy()
+    from_external = getattr(cp.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        try:
+            return from_external(_StreamHandle(ptr))
+        except Exception:
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cp.cuda.ExternalStream(ptr)
 
 
 class _stream_ctx:

@@ -100,3 +100,23 @@ def test_compile_writes_a_loadable_artifact(tmp_path: Path,
     art = load_artifact(out)
     assert art.strategy == "sequential" and art.recurrence == AFFINE
     assert "wrote" in capsys.readouterr().out
+
+
+def test_report_from_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from explorer.bench.results import Record, gbps, save_json
+
+    recs = [Record("copy (roofline)", "roofline", 8, 1024, "ok", time_ms=0.01,
+                   gbps=gbps(8, 1024, 0.01)),
+            Record("cuda-sequential", "baseline", 8, 1024, "ok", time_ms=0.04,
+                   gbps=gbps(8, 1024, 0.04), max_rel_err=1e-7)]
+    src = save_json(tmp_path / "r.json", recs, {"gpu": "Some GPU", "driver": "9"})
+    table = tmp_path / "t.txt"
+    args = ["report", str(src), "--table", str(table)]
+    if importlib.util.find_spec("plotly") is not None:
+        args += ["--html", str(tmp_path / "f.html")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Some GPU, driver 9")
+    assert "cuda-sequential" in table.read_text() and "0.250" in table.read_text()
+    if "--html" in args:
+        assert "cuda-sequential" in (tmp_path / "f.html").read_text()
