@@ -216,7 +216,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from explorer.bench.affine import TOLERANCE
-    from explorer.bench.sweep import Options, run
+    from explorer.bench.results import environment, finalize, save_json
+    from explorer.bench.sweep import BenchResult, Options, run_meta, sweep
     from explorer.runtime.cuda import gpu_available
 
     if not gpu_available():
@@ -224,9 +225,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 2
     opts = Options(tolerance=args.tolerance if args.tolerance is not None else TOLERANCE,
                    budget_ms=args.budget_ms, seed=args.seed, flush_l2=not args.no_flush)
-    result = run(args.sizes, args.artifacts, args.baselines, include_copy=not args.no_copy,
-                 options=opts, progress=not args.quiet)
-    result.meta["command"] = "scanweaver " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    env = environment()
+    meta = run_meta(args.sizes, args.artifacts, opts)
+    meta["command"] = "scanweaver " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    records = []
+    progress = None if args.quiet else True
+    for rec in sweep(args.sizes, args.artifacts, args.baselines, include_copy=not args.no_copy,
+                     options=opts, progress=progress):
+        records.append(rec)
+        if args.json_path:  # written as results arrive: a cut-off sweep keeps what it measured
+            save_json(args.json_path, records, env, meta)
+    result = BenchResult(finalize(records), env, meta)
     title = _title(result.environment)
     table = result.table(title)
     print(table)
@@ -268,7 +277,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"compile": cmd_compile, "run": cmd_run, "bench": cmd_bench,
                "report": cmd_report}[args.command]
-    return handler(args)
+    from explorer.errors import CompileError, LaunchError, OptionError, RecurrenceError
+    from explorer.runtime.artifact import ArtifactError
+
+    try:
+        return handler(args)
+    except (RecurrenceError, OptionError, CompileError, LaunchError, ArtifactError) as err:
+        print(f"scanweaver {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

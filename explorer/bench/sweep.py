@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from explorer.bench.affine import TOLERANCE, affine_scan_f64, max_rel_error, random_problem
@@ -211,7 +212,11 @@ def sweep(sizes: str | Sequence[tuple[int, int]], artifacts: Sequence[str] = (),
     size_list = parse_sizes(sizes)
     if methods is None:
         chosen = ([COPY] if include_copy else []) + baselines(baseline_names)
-        chosen += [generated(p) for p in artifacts]
+        gen = [generated(p) for p in artifacts]
+        for m in gen:  # two artifacts of one strategy: tell them apart by their folders
+            if sum(g.name == m.name for g in gen) > 1:
+                m.name = f"{m.name} ({Path(m.artifact or '').name})"
+        chosen += gen
     else:
         chosen = list(methods)
     total = len(size_list) * len(chosen)
@@ -303,12 +308,18 @@ def run(sizes: str | Sequence[tuple[int, int]], artifacts: Sequence[str] = (),
     from explorer.bench.results import environment
 
     records = finalize(list(sweep(sizes, artifacts, baseline_names, **kwargs)))
-    opts = kwargs.get("options") or Options()
-    meta = {"sizes": [list(s) for s in parse_sizes(sizes)], "artifacts": list(artifacts),
-            "tolerance": opts.tolerance, "l2_flush": opts.flush_l2, "seed": opts.seed,
-            "budget_ms": opts.budget_ms, "warmup": opts.warmup,
-            "nan_is_wrong": True, "time_unit": "ms (median)"}
+    meta = run_meta(sizes, artifacts, kwargs.get("options") or Options())
     return BenchResult(records, environment(), meta)
+
+
+def run_meta(sizes: str | Sequence[tuple[int, int]], artifacts: Sequence[str],
+             opts: Options) -> dict[str, Any]:
+    """How a sweep was run, for the JSON file."""
+    return {"sizes": [list(s) for s in parse_sizes(sizes)], "artifacts": list(artifacts),
+            "tolerance": opts.tolerance, "l2_flush": opts.flush_l2, "seed": opts.seed,
+            "budget_ms": opts.budget_ms, "warmup": opts.warmup, "slow_s": opts.slow_s,
+            "slow_reps": opts.slow_reps, "outputs_poisoned_with_nan": True,
+            "time_unit": "ms (median of the repetitions)"}
 
 
 __all__ = ["BenchResult", "Options", "parse_sizes", "progress_display", "run", "sweep"]

@@ -120,3 +120,10 @@ def test_report_from_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "cuda-sequential" in table.read_text() and "0.250" in table.read_text()
     if "--html" in args:
         assert "cuda-sequential" in (tmp_path / "f.html").read_text()
+
+
+def test_errors_are_reported_without_a_traceback(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("scanweaver run: ArtifactError:") and "Traceback" not in err
