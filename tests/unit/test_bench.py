@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -183,3 +184,20 @@ def test_progress_printer(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("[1/2] 16x1048576 scanweaver-blelloch: 0.2000 ms")
     assert err[1] == "[2/2] 16x1048576 jax: skipped: skipped: no"
+
+
+def test_artifacts_of_one_strategy_get_distinct_names() -> None:
+    from explorer.bench.methods import Method
+    from explorer.bench.sweep import distinct_names
+
+    def setup(p: Any) -> Any:
+        raise AssertionError("not run")
+
+    def m(name: str, path: str) -> Method:
+        return Method(name, "generated", setup, artifact=path)
+
+    got = distinct_names([m("scanweaver-blelloch", "x/blelloch"), m("scanweaver-sequential",
+                          "x/seq"), m("scanweaver-blelloch", "x/b512"),
+                          m("scanweaver-blelloch", "x/b1024")])
+    assert [g.name for g in got] == ["scanweaver-blelloch (blelloch)", "scanweaver-sequential",
+                                     "scanweaver-blelloch (b512)", "scanweaver-blelloch (b1024)"]
