@@ -115,6 +115,18 @@ def _to_cupy(name: str, x: Any, cast: bool) -> Any:
     return cp.asarray(arr, dtype=cp.float32)
 
 
+def _input_device(arrays: Mapping[str, Any]) -> int:
+    """The CUDA device of the first device array among the inputs, else the current one."""
+    cp = _cupy()
+    for value in arrays.values():
+        kind = array_kind(value)
+        if kind == "torch" and value.is_cuda:
+            return int(value.device.index)
+        if kind == "cupy":
+            return int(value.device.id)
+    return int(cp.cuda.Device().id)
+
+
 def _torch_float32() -> Any:
     import torch
 
@@ -183,13 +195,19 @@ class Launch:
     kind: str = "cupy"
     template: Any = None
     stream: Any = None
+    device: int | None = None
     _bound: list[tuple[KernelInfo, Any, tuple[int, int, int], tuple[Any, ...]]] = field(
         default_factory=list, repr=False)
 
     def launch(self, stream: Any = None) -> None:
         s = stream if stream is not None else self.stream
-        for kernel, func, grid, args in self._bound:
-            self.owner._launch_one(kernel, func, grid, args, s)
+        if self.device is None or len(self._bound) == 0:
+            for kernel, func, grid, args in self._bound:
+                self.owner._launch_one(kernel, func, grid, args, s)
+            return
+        with _cupy().cuda.Device(self.device):
+            for kernel, func, grid, args in self._bound:
+                self.owner._launch_one(kernel, func, grid, args, s)
 
     def synchronize(self) -> None:
         cp = _cupy()
@@ -275,8 +293,28 @@ class CudaKernel:
         return run.result()
 
     def prepare(self, stream: Any = None, **arrays: Any) -> Launch:
-        """Check, marshal and bind the arrays; allocate the outputs.  Launches nothing."""
+        """Check, marshal and bind the arrays; allocate the outputs.  Launches nothing.
+
+        Names, dtypes and shapes are checked before CuPy is touched, so a wrong call raises
+        :class:`RecurrenceError` naming the array without any device work.
+        """
+        kind, template = _result_kind(arrays)
+        specs = self.check(**arrays)
         cp = _cupy()
+        device = _input_device(arrays)
+        with cp.cuda.Device(device):
+            if kind == "torch" and stream is None and template is not None and template.is_cuda:
+                import torch
+
+                stream = _external_stream(torch.cuda.current_stream(template.device)
+                                          .cuda_stream)
+            device_arrays = {n: _to_cupy(n, v, self.cast) for n, v in arrays.items()}
+            run = self._bind(specs, device_arrays, kind, template, stream)
+        run.device = device
+        return run
+
+    def check(self, **arrays: Any) -> list[ArgSpec]:
+        """Names, dtypes and shapes (on the host, no copy); the specs to marshal with."""
         known = set(self.input_names) | set(self.h0_names)
         extra = sorted(set(arrays) - known)
         if extra:
@@ -291,19 +329,17 @@ class CudaKernel:
                                   f"{', '.join(missing)}")
         for name, value in arrays.items():
             check_array_dtype(name, value, self.cast)
-        kind, template = _result_kind(arrays)
-        if kind == "torch" and stream is None and template is not None and template.is_cuda:
-            import torch
-
-            stream = _external_stream(torch.cuda.current_stream(template.device).cuda_stream)
         # the spec list: inputs/params, then the initial states that were given
         specs = list(self.specs)
         for state, info in self.h0_args.items():
             if self.h0_keyword[state] in arrays:
                 specs.append(ArgSpec(self.h0_keyword[state], False, info.lane))
-        # shape checks on the host first (no device work for a wrong call)
         resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()})
-        device_arrays = {n: _to_cupy(n, v, self.cast) for n, v in arrays.items()}
+        return specs
+
+    def _bind(self, specs: list[ArgSpec], device_arrays: dict[str, Any], kind: str,
+              template: Any, stream: Any) -> Launch:
+        cp = _cupy()
         with _stream_ctx(stream):
             m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, vector=self.vector)
             C, N, L = m.C, m.N, m.L

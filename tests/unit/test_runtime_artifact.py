@@ -204,3 +204,41 @@ def test_runtime_imports_without_mlir_and_sympy() -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+# --- a kernel's call checks, done on the host before CuPy is touched -----------------------
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Any:
+    from explorer.runtime.cuda import CudaKernel
+
+    return CudaKernel.from_artifact(write_artifact(tmp_path / "k", PTX, _manifest()))
+
+
+def test_kernel_describes_its_arguments(kernel: Any) -> None:
+    assert kernel.input_names == ("a", "b")
+    assert kernel.h0_names == ("h0",)
+    assert kernel.output_names == ("h",) and not kernel.vector
+    assert "blelloch" in repr(kernel)
+
+
+def test_kernel_check_accepts_broadcastable_arrays(kernel: Any) -> None:
+    specs = kernel.check(a=np.ones((2, 3, 8), np.float32), b=np.ones((3, 8), np.float32),
+                         h0=np.ones((2, 1), np.float32))
+    assert [s.name for s in specs] == ["a", "b", "h0"]
+
+
+@pytest.mark.parametrize("arrays, match", [
+    ({"a": np.ones((2, 8), np.float64), "b": np.ones((2, 8), np.float32)}, r"a has dtype"),
+    ({"a": np.ones((2, 8), np.float32), "b": np.ones((2, 9), np.float32)}, r"time axes"),
+    ({"a": np.ones((2, 8), np.float32), "b": np.ones((3, 8), np.float32)}, r"broadcast"),
+    ({"a": np.ones((2, 8), np.float32)}, r"missing array: b"),
+    ({"a": np.ones((2, 8), np.float32), "b": np.ones((2, 8), np.float32),
+      "x": np.ones(2, np.float32)}, r"unexpected array: x"),
+    ({"a": np.ones((2, 8), np.float32), "b": np.ones((2, 8), np.float32),
+      "h0": np.ones((5,), np.float32)}, r"broadcast"),
+])
+def test_kernel_refuses_bad_calls_before_any_device_work(kernel: Any, arrays: dict[str, Any],
+                                                         match: str) -> None:
+    with pytest.raises(RecurrenceError, match=match):
+        kernel(**arrays)
