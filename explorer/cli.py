@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--no-flush", action="store_true",
                    help="do not evict L2 between timed launches")
+    b.add_argument("--state-size", "-N", type=int, default=16,
+                   help="lanes N for artifacts with vector (Mamba) states (default 16)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
     p = sub.add_parser("report", help="table and figure from a bench JSON file (no GPU needed)")
@@ -124,36 +126,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def random_inputs(kernel: Any, C: int, L: int, N: int, seed: int) -> dict[str, Any]:
-    """Float32 inputs for every array a kernel reads: decays in (0.5, 1) for the name that
-    multiplies the state in the plain affine scan, Mamba's ranges for ``dt`` and ``A``, N(0, 1)
-    otherwise (0.5 N(0, 1) for parameters)."""
-    import numpy as np
-
-    from explorer.bench.affine import affine_roles
-
-    rng = np.random.default_rng(seed)
-    roles = affine_roles(kernel.artifact.recurrence)
-    arrays: dict[str, Any] = {}
-    for spec in kernel.specs:
-        shape: tuple[int, ...] = (C,)
-        if spec.lane:
-            shape += (N,)
-        if spec.timed:
-            shape += (L,)
-        if roles is not None and spec.name == roles[1]:
-            arrays[spec.name] = (0.5 + 0.5 * rng.random(shape)).astype(np.float32)
-        elif spec.name == "dt":  # Mamba's step size: positive
-            arrays[spec.name] = rng.uniform(0.01, 0.2, shape).astype(np.float32)
-        elif spec.name == "A":  # Mamba's decay rates: negative, so exp(dt * A) < 1
-            arrays[spec.name] = -rng.uniform(0.5, 2.0, shape).astype(np.float32)
-        elif spec.timed:
-            arrays[spec.name] = rng.standard_normal(shape).astype(np.float32)
-        else:
-            arrays[spec.name] = (0.5 * rng.standard_normal(shape)).astype(np.float32)
-    return arrays
-
-
 def reference_outputs(kernel: Any, arrays: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The float64 reference: ``explorer.reference`` where sympy imports, else the affine scan
     computed from the arrays directly (for the plain affine recurrence)."""
@@ -182,6 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from explorer.bench.affine import TOLERANCE, max_rel_error
+    from explorer.bench.inputs import random_inputs
     from explorer.runtime.artifact import load_artifact
     from explorer.runtime.cuda import CudaKernel, gpu_available
 
@@ -231,7 +204,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     records = []
     progress = None if args.quiet else True
     for rec in sweep(args.sizes, args.artifacts, args.baselines, include_copy=not args.no_copy,
-                     options=opts, progress=progress):
+                     options=opts, progress=progress, state_size=args.state_size):
         records.append(rec)
         if args.json_path:  # written as results arrive: a cut-off sweep keeps what it measured
             save_json(args.json_path, records, env, meta)

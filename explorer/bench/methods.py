@@ -59,6 +59,10 @@ class Prepared:
     note: str = ""
     budget_ms: float | None = None  # a slower method may ask for fewer repetitions
     cleanup: Callable[[], None] | None = None
+    # a method that solves its own problem (a recurrence other than the affine scan) checks
+    # itself: check() -> max rel err, and says how many bytes it moves
+    check: Callable[[], float] | None = None
+    bytes_moved: int | None = None
 
 
 @dataclass
@@ -442,13 +446,28 @@ def artifact_roles(art: Any) -> tuple[str, str, str]:
     return roles
 
 
-def generated(path: str | os.PathLike[str], name: str | None = None) -> Method:
-    """A method running a compiled artifact through :class:`explorer.runtime.cuda.CudaKernel`."""
+#: the CPU float64 reference of a general recurrence: skip sizes beyond this many elements
+GENERAL_REFERENCE_MAX = 1 << 24
+
+
+def generated(path: str | os.PathLike[str], name: str | None = None,
+              state_size: int = 16) -> Method:
+    """A method running a compiled artifact through :class:`explorer.runtime.cuda.CudaKernel`.
+
+    The plain affine scan runs on the sweep's ``(a, b)``, beside the baselines.  Any other
+    recurrence (the selective scan, say) runs on its own random inputs (``state_size`` lanes for
+    vector states), is checked against :func:`explorer.reference` (float64, CPU; needs sympy),
+    and counts the bytes of all its inputs and outputs; no baseline solves that problem.
+    """
     from explorer.runtime.artifact import load_artifact
 
     art = load_artifact(path)
     label = name or f"scanweaver-{art.strategy or Path(path).name}"
-    _, a_name, b_name = artifact_roles(art)
+    try:
+        _, a_name, b_name = artifact_roles(art)
+    except Skip:
+        return Method(label, "generated", lambda p: _general_setup(art, p, state_size),
+                      art.describe(), artifact=str(path))
 
     def setup(p: Problem) -> Prepared:
         from explorer.runtime.cuda import CudaKernel
@@ -460,3 +479,36 @@ def generated(path: str | os.PathLike[str], name: str | None = None) -> Method:
                         note=art.describe())
 
     return Method(label, "generated", setup, art.describe(), artifact=str(path))
+
+
+def _general_setup(art: Any, p: Problem, N: int) -> Prepared:
+    import cupy as cp
+    import numpy as np
+
+    import explorer
+    from explorer.bench.affine import max_rel_error
+    from explorer.bench.inputs import random_inputs
+    from explorer.runtime.cuda import CudaKernel
+
+    kernel = CudaKernel.from_artifact(art, poison=True)
+    lanes = N if kernel.vector else 1
+    if p.C * p.L * lanes > GENERAL_REFERENCE_MAX:
+        raise Skip(f"C*N*L = {p.C * p.L * lanes} > {GENERAL_REFERENCE_MAX}: the float64 "
+                   "reference of this recurrence runs on the CPU")
+    arrays = random_inputs(kernel, p.C, p.L, N, seed=p.C + p.L)
+    try:
+        ref = explorer.reference(art.recurrence, **arrays)
+    except ImportError as err:
+        raise Skip(f"explorer.reference is unavailable ({err})") from None
+    refs = ref if isinstance(ref, dict) else {kernel.output_names[0]: ref}
+    launch = kernel.prepare(**{k: cp.asarray(v) for k, v in arrays.items()})
+
+    def check() -> float:
+        errs = [max_rel_error(cp.asnumpy(launch.outputs[n]).reshape(np.shape(refs[n])), refs[n])
+                for n in kernel.output_names if n in refs]
+        return max(errs) if errs else float("inf")
+
+    moved = 4 * (sum(int(np.size(v)) for v in arrays.values())
+                 + sum(int(v.size) for v in launch.outputs.values()))
+    return Prepared(launch.launch, lambda: None, check=check, bytes_moved=moved,
+                    note=f"{art.describe()}; own inputs (N={lanes}), bytes = inputs + outputs")

@@ -2,7 +2,8 @@
 
 Nothing here touches the GPU: records can be built, formatted and saved anywhere (the unit tests
 do).  Ratios follow the design notes: ``of_copy`` is the copy's time over the method's time (the
-fraction of the memory roofline reached; 1.0 means as fast as a copy of the same bytes), and
+fraction of the memory roofline reached; 1.0 means as fast as a copy of the same bytes; for a
+recurrence other than the affine scan it is the ratio of bandwidths), and
 ``vs_best`` is the best correct baseline's time over the method's time (above 1.0: faster than
 every baseline at that size).
 """
@@ -41,6 +42,7 @@ class Record:
     reps: int = 0
     spread: float | None = None
     setup_s: float | None = None
+    bytes_moved: int | None = None  # None: the affine scan's 12 bytes an element
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -50,7 +52,7 @@ class Record:
 
     @property
     def bytes(self) -> int:
-        return 12 * self.C * self.L
+        return self.bytes_moved if self.bytes_moved is not None else 12 * self.C * self.L
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -69,9 +71,11 @@ class Record:
         return cls(**data)
 
 
-def gbps(C: int, L: int, time_ms: float) -> float:
-    """Effective bandwidth: 12 bytes an element (read a, b; write h) over the time, in GB/s."""
-    return 12 * C * L / (time_ms * 1e-3) / 1e9
+def gbps(C: int, L: int, time_ms: float, nbytes: int | None = None) -> float:
+    """Effective bandwidth in GB/s: ``nbytes`` (default 12 bytes an element: read a, b; write h)
+    over the time."""
+    moved = 12 * C * L if nbytes is None else nbytes
+    return moved / (time_ms * 1e-3) / 1e9
 
 
 def finalize(records: Sequence[Record]) -> list[Record]:
@@ -80,15 +84,17 @@ def finalize(records: Sequence[Record]) -> list[Record]:
     for r in records:
         by_size.setdefault(r.size, []).append(r)
     for group in by_size.values():
-        copy = [r.time_ms for r in group if r.kind == "roofline" and r.status == "ok"
-                and r.time_ms]
+        copy = [r.gbps for r in group if r.kind == "roofline" and r.status == "ok" and r.gbps]
         base = [r.time_ms for r in group if r.kind == "baseline" and r.status == "ok"
                 and r.time_ms]
         for r in group:
             if r.status != "ok" or not r.time_ms:
                 continue
-            r.of_copy = copy[0] / r.time_ms if copy else None
-            r.vs_best = min(base) / r.time_ms if base and r.kind != "roofline" else None
+            # bandwidth over the copy's: the copy's time over this one's when the bytes agree
+            r.of_copy = r.gbps / copy[0] if copy and r.gbps else None
+            same_problem = r.bytes_moved is None
+            r.vs_best = (min(base) / r.time_ms if base and r.kind != "roofline" and same_problem
+                         else None)
     return list(records)
 
 
@@ -212,8 +218,11 @@ def to_json(records: Sequence[Record], env: dict[str, Any] | None = None,
     return {"format": "scanweaver-bench/1",
             "bytes_per_element": 12,
             "definitions": {
-                "gbps": "12 bytes an element (read a, b; write h) / median time",
-                "of_copy": "copy time / method time (1.0 = as fast as a copy of the same bytes)",
+                "gbps": "bytes moved / median time; 12 bytes an element (read a, b; write h) "
+                        "for the affine scan, inputs + outputs for other recurrences "
+                        "(bytes_moved)",
+                "of_copy": "method GB/s / copy GB/s (for the affine scan: copy time / method time; "
+                           "1.0 = as fast as a copy of the same bytes)",
                 "vs_best": "best correct baseline's time / method time (> 1: faster)",
                 "max_rel_err": "max|out - ref| / max|ref| against a float64 reference",
             },

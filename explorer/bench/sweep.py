@@ -170,7 +170,10 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
                     prepared.block(got)
                 cp.cuda.get_current_stream().synchronize()
                 check_s = time.perf_counter() - t1
-            err = max_rel_error(_to_cupy(prepared.output()), ref, xp=cp)
+            if prepared.check is not None:
+                err = prepared.check()
+            else:
+                err = max_rel_error(_to_cupy(prepared.output()), ref, xp=cp)
             rec.max_rel_err = err
             if not err <= opts.tolerance:
                 rec.status = "wrong"
@@ -192,7 +195,8 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
         else:
             timing = time_cuda(prepared.run, warmup, budget, min_reps, max_reps, flusher)
         rec.time_ms = timing.median_ms
-        rec.gbps = gbps(problem.C, problem.L, timing.median_ms)
+        rec.bytes_moved = prepared.bytes_moved
+        rec.gbps = gbps(problem.C, problem.L, timing.median_ms, prepared.bytes_moved)
         rec.timer = timing.timer
         rec.reps = timing.reps
         rec.spread = timing.spread
@@ -215,11 +219,13 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
 def sweep(sizes: str | Sequence[tuple[int, int]], artifacts: Sequence[str] = (),
           baseline_names: str | list[str] | None = None, include_copy: bool = True,
           options: Options | None = None, progress: bool | ProgressFn | None = None,
-          stop: Any = None, methods: Sequence[Method] | None = None) -> Iterator[Record]:
+          stop: Any = None, methods: Sequence[Method] | None = None,
+          state_size: int = 16) -> Iterator[Record]:
     """Yield one :class:`Record` per (size, method), checked then timed.
 
     ``sizes``: ``"4096x1024,16x2^20"`` or ``[(C, L), ...]``.  ``artifacts``: directories written
-    by ``scanweaver compile``.  ``baseline_names``: names or aliases (see
+    by ``scanweaver compile`` (a recurrence other than the affine scan is timed on its own
+    inputs, ``state_size`` lanes for vector states).  ``baseline_names``: names or aliases (see
     :func:`explorer.bench.methods.baselines`), None for all.  ``progress``: True for a bar (tqdm
     when present), or a callable ``(done, total, record)``.  ``stop``: an object with
     ``is_set()`` (``threading.Event``) or a callable; the sweep ends before the next method once
@@ -231,7 +237,7 @@ def sweep(sizes: str | Sequence[tuple[int, int]], artifacts: Sequence[str] = (),
     size_list = parse_sizes(sizes)
     if methods is None:
         chosen = ([COPY] if include_copy else []) + baselines(baseline_names)
-        chosen += distinct_names([generated(p) for p in artifacts])
+        chosen += distinct_names([generated(p, state_size=state_size) for p in artifacts])
     else:
         chosen = list(methods)
     total = len(size_list) * len(chosen)

@@ -201,3 +201,41 @@ def test_artifacts_of_one_strategy_get_distinct_names() -> None:
                           m("scanweaver-blelloch", "x/b1024")])
     assert [g.name for g in got] == ["scanweaver-blelloch (blelloch)", "scanweaver-sequential",
                                      "scanweaver-blelloch (b512)", "scanweaver-blelloch (b1024)"]
+
+
+def test_other_recurrences_compare_bandwidth_not_time() -> None:
+    C, L = 8, 4096
+    copy = Record("copy (roofline)", "roofline", C, L, "ok", time_ms=0.01, gbps=gbps(C, L, 0.01))
+    base = Record("cub", "baseline", C, L, "ok", time_ms=0.02, gbps=gbps(C, L, 0.02))
+    moved = 40 * C * L
+    own = Record("scanweaver-blelloch", "generated", C, L, "ok", time_ms=0.05,
+                 gbps=gbps(C, L, 0.05, moved), bytes_moved=moved)
+    finalize([copy, base, own])
+    assert own.bytes == moved
+    assert own.of_copy == pytest.approx((moved / 0.05) / (12 * C * L / 0.01))
+    assert own.vs_best is None  # no baseline solves that problem
+    assert base.of_copy == pytest.approx(0.5)
+
+
+def test_random_inputs_follow_the_kernel(tmp_path: Path) -> None:
+    from explorer.bench.inputs import random_inputs
+    from explorer.runtime.artifact import write_artifact
+    from explorer.runtime.cuda import CudaKernel
+    from tests.unit.test_runtime_artifact import PTX, _manifest
+
+    def arg(name: str, role: str, timed: bool, lane: bool) -> dict[str, Any]:
+        return {"name": name, "role": role, "timed": timed, "lane": lane}
+
+    m = _manifest(recurrence="selective", outputs=["h"], vector=True)
+    m["kernels"][0]["args"] = [arg("dt", "input", True, False), arg("B", "input", True, True),
+                               arg("A", "param", False, True), arg("D", "param", False, False),
+                               arg("h", "output", True, True)]
+    kernel = CudaKernel.from_artifact(write_artifact(tmp_path / "k", PTX, m))
+    arrays = random_inputs(kernel, C=3, L=10, N=4, seed=1)
+    assert {k: v.shape for k, v in arrays.items()} == {"dt": (3, 10), "B": (3, 4, 10),
+                                                       "A": (3, 4), "D": (3,)}
+    assert all(v.dtype == np.float32 for v in arrays.values())
+    assert arrays["dt"].min() > 0 and arrays["A"].max() < 0
+    affine = CudaKernel.from_artifact(write_artifact(tmp_path / "a", PTX, _manifest()))
+    a = random_inputs(affine, C=2, L=50)["a"]
+    assert a.min() >= 0.5 and a.max() <= 1.0
