@@ -268,7 +268,7 @@ def sweep(sizes: str | Sequence[tuple[int, int]], artifacts: Sequence[str] = (),
                 a, b = random_problem(C, L, seed=opts.seed + index, xp=cp)
                 ref = affine_scan_f64(a, b, xp=cp)
                 _release()
-                problem = Problem(C, L, a, b)
+                problem = Problem(C, L, a, b, ref)
             except Exception as err:  # out of memory, typically
                 reason = f"skipped: inputs or reference failed ({type(err).__name__}: {err})"
                 for m in chosen:
