@@ -200,7 +200,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                    budget_ms=args.budget_ms, seed=args.seed, flush_l2=not args.no_flush)
     env = environment()
     meta = run_meta(args.sizes, args.artifacts, opts)
-    meta["command"] = "scanweaver " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    meta["command"] = "scanweaver " + " ".join(shlex.quote(a) for a in args.argv)
     records = []
     progress = None if args.quiet else True
     for rec in sweep(args.sizes, args.artifacts, args.baselines, include_copy=not args.no_copy,
@@ -247,7 +247,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    raw = list(argv) if argv is not None else sys.argv[1:]
+    args = build_parser().parse_args(raw)
+    args.argv = raw
     handler = {"compile": cmd_compile, "run": cmd_run, "bench": cmd_bench,
                "report": cmd_report}[args.command]
     from explorer.errors import CompileError, LaunchError, OptionError, RecurrenceError
