@@ -287,19 +287,20 @@ class CudaKernel:
         return (f"CudaKernel({self.artifact.describe()}, inputs={list(self.input_names)}, "
                 f"outputs={list(self.output_names)})")
 
-    def __call__(self, **arrays: Any) -> Any:
-        run = self.prepare(**arrays)
+    def __call__(self, L: int | None = None, **arrays: Any) -> Any:
+        """Run once: ``kernel(a=a, b=b)``; ``L`` only when no input is indexed by time."""
+        run = self.prepare(L=L, **arrays)
         run.launch()
         return run.result()
 
-    def prepare(self, stream: Any = None, **arrays: Any) -> Launch:
+    def prepare(self, stream: Any = None, L: int | None = None, **arrays: Any) -> Launch:
         """Check, marshal and bind the arrays; allocate the outputs.  Launches nothing.
 
         Names, dtypes and shapes are checked before CuPy is touched, so a wrong call raises
         :class:`RecurrenceError` naming the array without any device work.
         """
         kind, template = _result_kind(arrays)
-        specs = self.check(**arrays)
+        specs = self.check(L=L, **arrays)
         cp = _cupy()
         device = _input_device(arrays)
         with cp.cuda.Device(device):
@@ -309,11 +310,11 @@ class CudaKernel:
                 stream = _external_stream(torch.cuda.current_stream(template.device)
                                           .cuda_stream)
             device_arrays = {n: _to_cupy(n, v, self.cast) for n, v in arrays.items()}
-            run = self._bind(specs, device_arrays, kind, template, stream)
+            run = self._bind(specs, device_arrays, kind, template, stream, L)
         run.device = device
         return run
 
-    def check(self, **arrays: Any) -> list[ArgSpec]:
+    def check(self, L: int | None = None, **arrays: Any) -> list[ArgSpec]:
         """Names, dtypes and shapes (on the host, no copy); the specs to marshal with."""
         known = set(self.input_names) | set(self.h0_names)
         extra = sorted(set(arrays) - known)
@@ -334,14 +335,14 @@ class CudaKernel:
         for state, info in self.h0_args.items():
             if self.h0_keyword[state] in arrays:
                 specs.append(ArgSpec(self.h0_keyword[state], False, info.lane))
-        resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()})
+        resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()}, L)
         return specs
 
     def _bind(self, specs: list[ArgSpec], device_arrays: dict[str, Any], kind: str,
-              template: Any, stream: Any) -> Launch:
+              template: Any, stream: Any, L: int | None = None) -> Launch:
         cp = _cupy()
         with _stream_ctx(stream):
-            m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, vector=self.vector)
+            m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, L=L, vector=self.vector)
             C, N, L = m.C, m.N, m.L
             h0 = {}
             for state, info in self.h0_args.items():

@@ -242,3 +242,10 @@ def test_kernel_refuses_bad_calls_before_any_device_work(kernel: Any, arrays: di
                                                          match: str) -> None:
     with pytest.raises(RecurrenceError, match=match):
         kernel(**arrays)
+
+
+def test_kernel_check_takes_L_and_compares_it(kernel: Any) -> None:
+    ones = np.ones((2, 8), np.float32)
+    assert [s.name for s in kernel.check(L=8, a=ones, b=ones)] == ["a", "b"]
+    with pytest.raises(RecurrenceError, match="L=9"):
+        kernel(L=9, a=ones, b=ones)
