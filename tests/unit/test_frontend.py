@@ -181,3 +181,72 @@ def test_parser_uses_no_eval():
     called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
               and isinstance(n.func, ast.Name)}
     assert not called & {"eval", "exec", "compile", "__import__"}
+
+
+# random Python syntax trees, built node by node and unparsed: any construct of the language
+# or outside it must end in RecurrenceError, never another exception
+_NAMES = st.sampled_from(["h", "x", "a", "t", "n", "A", "exp", "sum", "sigmoid", "os", "g", "y"])
+
+
+def _python_exprs():
+    leaves = st.one_of(
+        _NAMES.map(lambda n: ast.Name(n, ast.Load())),
+        st.one_of(st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True),
+                  st.text(max_size=3), st.booleans(), st.none(), st.just(1j),
+                  st.just(b"x")).map(ast.Constant),
+    )
+
+    def extend(children):
+        ops = st.sampled_from([ast.Add(), ast.Sub(), ast.Mult(), ast.Div(), ast.Pow(),
+                               ast.Mod(), ast.FloorDiv(), ast.BitAnd(), ast.MatMult()])
+        return st.one_of(
+            st.builds(ast.BinOp, children, ops, children),
+            st.builds(ast.UnaryOp, st.sampled_from([ast.USub(), ast.UAdd(), ast.Not(),
+                                                    ast.Invert()]), children),
+            st.builds(lambda f, args: ast.Call(ast.Name(f, ast.Load()), args, []),
+                      _NAMES, st.lists(children, max_size=3)),
+            st.builds(lambda v, s: ast.Subscript(v, s, ast.Load()), children, children),
+            st.builds(lambda v, a, b: ast.Subscript(v, ast.Tuple([a, b], ast.Load()),
+                                                    ast.Load()), children, children, children),
+            st.builds(lambda v: ast.Attribute(v, "real", ast.Load()), children),
+            st.builds(lambda a, b: ast.Compare(a, [ast.Lt()], [b]), children, children),
+            st.builds(lambda a, b: ast.BoolOp(ast.And(), [a, b]), children, children),
+            st.builds(lambda a, b, c: ast.IfExp(a, b, c), children, children, children),
+            st.builds(lambda e: ast.Lambda(ast.arguments([], [], None, [], [], None, []), e),
+                      children),
+            st.builds(lambda e: ast.List([e], ast.Load()), children),
+            st.builds(lambda e: ast.Starred(e, ast.Load()), children),
+        )
+
+    return st.recursive(leaves, extend, max_leaves=8)
+
+
+@st.composite
+def _python_programs(draw):
+    body = []
+    for _ in range(draw(st.integers(1, 3))):
+        target = draw(_python_exprs())
+        value = draw(_python_exprs())
+        kind = draw(st.integers(0, 3))
+        if kind == 0:
+            body.append(ast.Assign([target], value, lineno=1))
+        elif kind == 1:
+            lhs = ast.Subscript(ast.Name(draw(_NAMES), ast.Load()),
+                                ast.Name("t", ast.Load()), ast.Store())
+            body.append(ast.Assign([lhs], value, lineno=1))
+        elif kind == 2:
+            body.append(ast.Expr(value))
+        else:
+            body.append(ast.Import([ast.alias("os")]))
+    module = ast.fix_missing_locations(ast.Module(body, []))
+    try:
+        return ast.unparse(module)
+    except Exception:  # a tree Python itself cannot print is not a test case
+        return "h[t] = h[t-1]"
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_python_programs())
+def test_fuzz_random_python_asts(text):
+    _only_recurrence_errors(text)
