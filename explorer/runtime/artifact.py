@@ -10,6 +10,12 @@ Layout of an artifact directory::
     manifest.json   the manifest (format ``scanweaver-artifact/1``)
     kernel.ptx      the PTX of the kernels (one file per distinct ``ptx`` name in the manifest)
 
+Kernels are launched in list order, all with the same arguments.  Beyond the contract's
+geometry a kernel may give ``time_chunk`` (one block per chunk of that many steps: grid_x is
+multiplied by ``ceil(L / time_chunk)``) and ``launch_when_longer_than`` (launched only when L is
+longer), and an argument of role ``workspace`` is a zeroed float32 scratch buffer of
+``C * N * ceil(L / time_chunk) * per_chunk`` floats, after the sizes.
+
 The manifest's ``hash`` is the SHA-256 of its own canonical JSON (sorted keys, without the
 ``hash`` field) followed by the bytes of every PTX file in kernel order; :func:`load_artifact`
 recomputes it and refuses an artifact whose files were changed after it was written.
@@ -31,7 +37,7 @@ FORMAT = "scanweaver-artifact/1"
 MANIFEST = "manifest.json"
 DEFAULT_PTX = "kernel.ptx"
 
-ROLES = ("input", "param", "h0", "output", "size")
+ROLES = ("input", "param", "h0", "output", "size", "workspace")
 ARG_DTYPES = ("float32", "int64")
 SIZE_NAMES = ("C", "N", "L")
 
@@ -49,10 +55,22 @@ class ArgInfo:
     timed: bool = False
     lane: bool = False
     dtype: str = "float32"
+    # a workspace holds per_chunk floats for every (sequence, chunk of time_chunk steps)
+    per_chunk: int | None = None
+    time_chunk: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "timed": self.timed, "lane": self.lane,
-                "dtype": self.dtype}
+        out: dict[str, Any] = {"name": self.name, "role": self.role, "timed": self.timed,
+                               "lane": self.lane, "dtype": self.dtype}
+        if self.role == "workspace":
+            out.update(per_chunk=self.per_chunk, time_chunk=self.time_chunk)
+        return out
+
+    def workspace_size(self, C: int, N: int, L: int) -> int:
+        """Floats of a workspace: ``C * N * ceil(L / time_chunk) * per_chunk``."""
+        if self.per_chunk is None or self.time_chunk is None:
+            raise ArtifactError(f"{self.name} is not a workspace")
+        return C * N * -(-L // self.time_chunk) * self.per_chunk
 
 
 @dataclass(frozen=True)
@@ -65,14 +83,23 @@ class KernelInfo:
     sequences_per_block: int
     shared_bytes: int
     args: tuple[ArgInfo, ...]
+    time_chunk: int | None = None  # grid_x *= ceil(L / time_chunk): one block per chunk
+    launch_when_longer_than: int | None = None  # launched only when L > this
 
     @property
     def threads(self) -> int:
         return math.prod(self.block)
 
-    def grid(self, C: int, N: int) -> tuple[int, int, int]:
-        """``grid_x = ceil(C * N / sequences_per_block)`` (the contract's geometry)."""
-        return (max(1, -(-(C * N) // self.sequences_per_block)), 1, 1)
+    def launched(self, L: int) -> bool:
+        return self.launch_when_longer_than is None or L > self.launch_when_longer_than
+
+    def grid(self, C: int, N: int, L: int | None = None) -> tuple[int, int, int]:
+        """``grid_x = ceil(C * N / sequences_per_block)``, times ``ceil(L / time_chunk)`` for a
+        kernel that gives each time chunk its own block."""
+        blocks = max(1, -(-(C * N) // self.sequences_per_block))
+        if self.time_chunk is not None and L is not None:
+            blocks *= max(1, -(-L // self.time_chunk))
+        return (blocks, 1, 1)
 
     def args_with_role(self, role: str) -> tuple[ArgInfo, ...]:
         return tuple(a for a in self.args if a.role == role)
@@ -160,8 +187,19 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
             raise ArtifactError(f"{where}: size argument {name!r} must be int64")
     elif dtype != "float32":
         raise ArtifactError(f"{where}: array argument {name!r} must be float32")
+    per_chunk = time_chunk = None
+    if role == "workspace":
+        per_chunk = _positive(raw.get("per_chunk"), f"{where}: workspace {name!r} per_chunk")
+        time_chunk = _positive(raw.get("time_chunk"), f"{where}: workspace {name!r} time_chunk")
     return ArgInfo(name=name, role=role, timed=bool(raw.get("timed", False)),
-                   lane=bool(raw.get("lane", False)), dtype=dtype)
+                   lane=bool(raw.get("lane", False)), dtype=dtype, per_chunk=per_chunk,
+                   time_chunk=time_chunk)
+
+
+def _positive(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ArtifactError(f"{what} must be a positive integer, got {value!r}")
+    return value
 
 
 def _parse_kernel(raw: Any, index: int) -> KernelInfo:
@@ -195,12 +233,22 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
         raise ArtifactError(f"{where}: args must be a list")
     args = tuple(_parse_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args_raw))
     # an input may share its name with a state (h0, output) or a size (the selective scan's C)
-    names = [(a.name, a.role if a.role in ("h0", "output", "size") else "array") for a in args]
+    names = [(a.name, a.role if a.role in ("h0", "output", "size", "workspace") else "array")
+             for a in args]
     dup = sorted({f"{n} ({r})" for n, r in names if names.count((n, r)) > 1})
     if dup:
         raise ArtifactError(f"{where}: duplicate arguments {dup}")
+    time_chunk = raw.get("time_chunk")
+    if time_chunk is not None:
+        time_chunk = _positive(time_chunk, f"{where}: time_chunk")
+    longer = raw.get("launch_when_longer_than")
+    if longer is not None and (not isinstance(longer, int) or isinstance(longer, bool)
+                               or longer < 0):
+        raise ArtifactError(f"{where}: launch_when_longer_than must be a non-negative integer, "
+                            f"got {longer!r}")
     return KernelInfo(name=name, ptx=ptx, block=(int(block[0]), int(block[1]), int(block[2])),
-                      sequences_per_block=spb, shared_bytes=shared, args=args)
+                      sequences_per_block=spb, shared_bytes=shared, args=args,
+                      time_chunk=time_chunk, launch_when_longer_than=longer)
 
 
 def validate_manifest(manifest: Mapping[str, Any]) -> tuple[KernelInfo, ...]:

@@ -7,8 +7,10 @@ PyTorch CUDA tensors (shared with the kernel through DLPack, no copy when alread
 float32).  The results come back as the same kind of array as the inputs.
 
 The launch follows the kernel ABI of the artifact manifest: one pointer per input, parameter,
-initial state and output, then ``int64`` C, N, L; ``block`` from the manifest and
-``grid_x = ceil(C * N / sequences_per_block)``; the manifest's dynamic shared memory.
+initial state and output, then ``int64`` C, N, L, then the workspaces; ``block`` from the
+manifest and ``grid_x = ceil(C * N / sequences_per_block)`` (times ``ceil(L / time_chunk)`` for
+chunked kernels); the manifest's dynamic shared memory.  Several kernels run in manifest order
+(skipping those with ``launch_when_longer_than >= L``), all with the same arguments.
 
 Only NumPy and CuPy are imported (CuPy lazily, so this module imports on a machine without a
 GPU); never MLIR or sympy.
@@ -196,6 +198,7 @@ class Launch:
     template: Any = None
     stream: Any = None
     device: int | None = None
+    workspaces: dict[str, Any] = field(default_factory=dict)
     _bound: list[tuple[KernelInfo, Any, tuple[int, int, int], tuple[Any, ...]]] = field(
         default_factory=list, repr=False)
 
@@ -362,8 +365,16 @@ class CudaKernel:
         if C * N == 0 or L == 0:
             return run  # nothing to compute: empty outputs, no launch
         sizes = {"C": np.int64(C), "N": np.int64(N), "L": np.int64(L)}
+        workspaces: dict[str, Any] = {}
         for k in self.artifact.kernels:
-            grid = k.grid(C, N)
+            for a in k.args_with_role("workspace"):
+                if a.name not in workspaces:
+                    workspaces[a.name] = cp.zeros(a.workspace_size(C, N, L), dtype=cp.float32)
+        run.workspaces = workspaces
+        for k in self.artifact.kernels:
+            if not k.launched(L):
+                continue
+            grid = k.grid(C, N, L)
             args: list[Any] = []
             for a in k.args:
                 if a.role in ("input", "param"):
@@ -372,6 +383,8 @@ class CudaKernel:
                     args.append(h0[a.name])
                 elif a.role == "output":
                     args.append(outputs[a.name])
+                elif a.role == "workspace":
+                    args.append(workspaces[a.name])
                 else:
                     args.append(sizes[a.name])
             if grid[0] > MAX_GRID_X:

@@ -249,3 +249,38 @@ def test_kernel_check_takes_L_and_compares_it(kernel: Any) -> None:
     assert [s.name for s in kernel.check(L=8, a=ones, b=ones)] == ["a", "b"]
     with pytest.raises(RecurrenceError, match="L=9"):
         kernel(L=9, a=ones, b=ones)
+
+
+def _chunked() -> dict[str, Any]:
+    m = _manifest()
+    scan = m["kernels"][0]
+    scan["args"].append({"name": "chunk_aggregates", "role": "workspace", "per_chunk": 2,
+                         "time_chunk": 4096})
+    reduce = json.loads(json.dumps(scan))
+    reduce.update(name="scan_reduce", time_chunk=4096, launch_when_longer_than=4096)
+    scan.update(time_chunk=4096)
+    m["kernels"] = [reduce, scan]
+    return m
+
+
+def test_chunked_kernels_geometry_and_workspaces() -> None:
+    reduce, scan = validate_manifest(_chunked())
+    assert not reduce.launched(4096) and reduce.launched(4097) and scan.launched(1)
+    assert scan.grid(16, 1, 1 << 20) == (16 * 256, 1, 1)
+    assert scan.grid(16, 1, 1) == (16, 1, 1)
+    ws = scan.args_with_role("workspace")[0]
+    assert ws.workspace_size(16, 2, 5000) == 16 * 2 * 2 * 2
+    assert ws.as_dict()["per_chunk"] == 2
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m["kernels"][1]["args"][-1].pop("per_chunk"), "per_chunk"),
+    (lambda m: m["kernels"][1]["args"][-1].update(time_chunk=0), "time_chunk"),
+    (lambda m: m["kernels"][1].update(time_chunk=-5), "time_chunk"),
+    (lambda m: m["kernels"][0].update(launch_when_longer_than="x"), "launch_when_longer_than"),
+])
+def test_chunked_manifest_errors(edit: Any, match: str) -> None:
+    m = _chunked()
+    edit(m)
+    with pytest.raises(ArtifactError, match=match):
+        validate_manifest(m)
