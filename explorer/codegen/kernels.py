@@ -5,28 +5,43 @@ The module is built with the MLIR Python bindings in a fresh ``Context``; its te
 
 Data layout (see the kernel ABI): every array is a flat, contiguous float32 buffer; inputs are
 ``(C, L)`` / ``(C, N, L)``, parameters ``(C,)`` / ``(C, N)``, initial states ``(C,)`` / ``(C, N)``,
-outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64. A sequence is one
-``(channel c, lane n)`` pair, numbered ``s = c * N + n``.
+outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64, then the workspaces (if
+any). A sequence is one ``(channel c, lane n)`` pair, numbered ``s = c * N + n``.
 
-Strategies (target ``cuda``; ``cpu`` runs the same plan with loops in place of threads):
+The same kernel bodies are emitted for both targets. On ``cuda`` a phase runs once per thread
+and phases are separated by barriers; on ``cpu`` every kernel becomes a host function
+``<kernel>_grid`` that loops over the blocks of its grid, and each phase is a loop over the
+threads of the block (barriers vanish: the loop finishes a phase for every thread first).
+Workgroup memory becomes a host buffer. So the host run executes the GPU plan step by step,
+indices, masks and chunk carries included.
 
-* ``sequential``: one thread per sequence, a loop over time carrying the state in registers.
-  Consecutive threads own consecutive sequences, so at each step a warp reads 32 addresses
-  ``L`` elements apart (one cache line each, reused by the next steps from L1); parameters and
-  the lane-independent inputs of a vector recurrence are shared by the ``N`` threads of a
-  channel (broadcast loads).
-* ``blelloch``: one block per sequence (``sequences_per_block = 1``). The block walks the
-  sequence in tiles of ``block_size * elements_per_thread`` elements: coalesced loads of the
-  coefficients, the element ``(A_t, b_t)`` written to shared memory (one array per stored
-  entry), the Blelloch up-sweep and down-sweep (``gpu.barrier`` after every level) giving the
-  exclusive prefix inside the tile, then each position's state ``P_t h_prev`` from the state
-  ``h_prev`` carried from the previous tile. The tail tile is padded with identity elements.
+Strategies:
+
+* ``sequential``: one thread per sequence, ``block_size`` sequences per block. Each warp owns
+  32 consecutive sequences and walks time in tiles of ``32 x TT`` (sequences x steps), staged
+  through workgroup memory: the loads and stores of a tile are coalesced along time
+  (consecutive threads touch consecutive addresses), then every thread walks its own row of
+  the tile out of workgroup memory with the state in registers. Rows are padded by one float
+  so that the column walk is free of bank conflicts. Inputs without the lane axis of a vector
+  recurrence are staged once per channel (row ``c - c0``), not once per lane.
+* ``blelloch``: a block scans one time chunk of one sequence in tiles of
+  ``block_size * elements_per_thread`` elements. A tile is loaded coalesced into workgroup
+  memory (the next tile's loads are issued before this tile's tree is walked); each thread
+  composes its ``elements_per_thread`` consecutive elements in registers; the Blelloch
+  up-sweep and down-sweep run over the ``block_size`` thread aggregates in workgroup memory
+  (one padding slot every 32 entries against bank conflicts; ``gpu.barrier`` between levels);
+  each thread then applies its exclusive prefix to its own elements and the states leave
+  through workgroup memory, coalesced. Long sequences are cut into chunks of ``time_chunk``
+  steps handled by different blocks, with three kernels: ``_reduce`` (each chunk's aggregate
+  into a workspace), ``_carry`` (one block per sequence scans the aggregates into the state at
+  the start of each chunk) and the scan itself, which starts each chunk from its carry. The
+  first two run only when ``L > time_chunk``.
 
 Readouts ``y[t] = f(state, inputs)`` are computed with the state in the scan kernel when the
 recurrence has no lane axis. With a lane axis (``sum(C[t, n] * h[t, n])``) a readout needs all
-``N`` lanes of a channel, which live in different threads or blocks: a second kernel
-(``<name>_readout``) reads the states back and reduces over the lanes. It uses the same launch
-rule (grid = ceil(C * N / sequences_per_block), one block per (channel, time chunk)).
+``N`` lanes of a channel, which live in different threads or blocks: a last kernel
+(``<prefix>_readout``) reads the states back and reduces over the lanes (grid
+``ceil(C * N / 1)``: block ``c * N + k`` owns channel ``c``, time chunk ``k`` of ``ceil(L / N)``).
 """
 
 from __future__ import annotations
@@ -36,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
-from mlir.dialects import arith, func, gpu, memref, scf
+from mlir.dialects import arith, func, gpu, memref, nvvm, scf
 from mlir.ir import (
     Attribute,
     Context,
@@ -66,10 +81,15 @@ from explorer.codegen.emit import (
     mul_i,
     to_index,
 )
-from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
+from explorer.codegen.options import SHARED_LIMIT, STATIC_SHARED_LIMIT, Options
 from explorer.errors import CompileError, OptionError
 
 KERNEL_PREFIX = "scanweaver"
+WARP = 32
+#: rows of a sequential tile loaded before they are stored (loads in flight per thread)
+LOAD_BATCH = 8
+#: the host functions of the CPU target that emulate one kernel's grid end with this
+GRID_SUFFIX = "_grid"
 
 
 @dataclass(frozen=True)
@@ -77,16 +97,33 @@ class KernelSpec:
     """One kernel of the module and how to launch it (block, grid rule, shared memory)."""
 
     name: str
-    role: str                     # "scan" or "readout"
+    role: str                     # "scan", "reduce", "carry" or "readout"
     block: tuple[int, int, int]
-    sequences_per_block: int      # grid_x = ceil(C * N / sequences_per_block)
+    sequences_per_block: int      # grid_x = ceil(C * N / sequences_per_block) [* chunks]
     shared_bytes: int = 0         # dynamic shared memory to pass at launch
     static_shared_bytes: int = 0  # shared memory declared in the kernel itself
+    time_chunk: int | None = None  # grid_x *= ceil(L / time_chunk); block = seq * chunks + k
+    launch_when_longer_than: int | None = None  # launched only when L > this
+    min_blocks_per_sm: int = 0    # occupancy asked of ptxas (0: none)
 
     def manifest(self) -> dict[str, Any]:
-        return {"name": self.name, "block": list(self.block),
-                "sequences_per_block": self.sequences_per_block,
-                "shared_bytes": self.shared_bytes}
+        out: dict[str, Any] = {"name": self.name, "block": list(self.block),
+                               "sequences_per_block": self.sequences_per_block,
+                               "shared_bytes": self.shared_bytes}
+        if self.time_chunk is not None:
+            out["time_chunk"] = self.time_chunk
+        if self.launch_when_longer_than is not None:
+            out["launch_when_longer_than"] = self.launch_when_longer_than
+        return out
+
+    def grid(self, C: int, N: int, L: int) -> int:
+        """grid_x of one launch (0: not launched), the rule the runtime follows."""
+        if self.launch_when_longer_than is not None and L <= self.launch_when_longer_than:
+            return 0
+        blocks = -(-(C * N) // self.sequences_per_block)
+        if self.time_chunk is not None:
+            blocks *= -(-L // self.time_chunk)
+        return blocks
 
 
 @dataclass
@@ -108,8 +145,8 @@ class BuiltModule:
 # --------------------------------------------------------------------------------------------
 # arguments
 # --------------------------------------------------------------------------------------------
-def kernel_args(form: Any) -> list[dict[str, Any]]:
-    """The manifest ``args`` of the kernel ABI, in parameter order."""
+def kernel_args(form: Any, options: Options | None = None) -> list[dict[str, Any]]:
+    """The manifest ``args`` of the kernel ABI, in parameter order (workspaces last)."""
     lanes = set(form.recurrence.lane_names)
     out: list[dict[str, Any]] = []
     for name in form.inputs:
@@ -127,7 +164,18 @@ def kernel_args(form: Any) -> list[dict[str, Any]]:
     for name in ("C", "N", "L"):
         out.append({"name": name, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64"})
+    if options is not None and options.strategy == "blelloch":
+        alg = Algebra(form.A)
+        for name, per in ((AGGREGATES, alg.width), (CARRIES, alg.S)):
+            out.append({"name": name, "role": "workspace", "timed": False, "lane": False,
+                        "dtype": "float32", "per_chunk": per, "time_chunk": options.time_chunk})
     return out
+
+
+#: workspace of the chunked Blelloch scan: per (sequence, chunk), the chunk's aggregate
+#: (layout ``[sequence][entry][chunk]``) and the state before the chunk (``[sequence][i][chunk]``)
+AGGREGATES = "chunk_aggregates"
+CARRIES = "chunk_carries"
 
 
 def h0_name(state: str) -> str:
@@ -171,8 +219,63 @@ def flat_memref() -> MemRefType:
     return MemRefType.get([ShapedType.get_dynamic_size()], f32())
 
 
+def min_i(a: Value, b: Value) -> Value:
+    return arith.minui(a, b)
+
+
+def pad(i: Value) -> Value:
+    """Position ``i`` of a padded workgroup array: one spare slot after every 32 entries."""
+    return add_i(i, arith.shrui(i, ci(5)))
+
+
+def padded(n: int) -> int:
+    return n + n // WARP
+
+
 # --------------------------------------------------------------------------------------------
-# the generator: loads, the element of a position, stores
+# threads: the same phase code on the GPU (one thread) and on the host (a loop over threads)
+# --------------------------------------------------------------------------------------------
+class Threads:
+    """How the threads of a block are realised: ``gpu`` (thread id, barriers) or host loops."""
+
+    def __init__(self, gpu_target: bool, block_size: int, tid: Value | None = None) -> None:
+        self.gpu = gpu_target
+        self.bs = block_size
+        self.tid = tid
+
+    def each(self, fn: Callable[[Value], None], count: int | None = None) -> None:
+        """Run ``fn(tid)`` for the threads ``tid < count`` (all threads by default)."""
+        n = self.bs if count is None else count
+        if self.gpu:
+            assert self.tid is not None
+            tid = self.tid
+            if n >= self.bs:
+                fn(tid)
+            else:
+                if_then(lt_i(tid, ci(n)), lambda: fn(tid))
+            return
+
+        def body(t: Value, _: list[Value]) -> list[Value]:
+            fn(t)
+            return []
+        for_loop(ci(0), ci(n), ci(1), body)
+
+    def barrier(self) -> None:
+        if self.gpu:
+            gpu.barrier()
+
+    def warp_sync(self) -> None:
+        if self.gpu:
+            nvvm.bar_warp_sync(arith.constant(IntegerType.get_signless(32), -1))
+
+
+def _select(cond: Value, a: Element, b: Element, alg: Algebra) -> Element:
+    return alg.pack([arith.select(cond, x, y) for x, y in zip(a.values(), b.values(),
+                                                                  strict=True)])
+
+
+# --------------------------------------------------------------------------------------------
+# the generator: loads, the element of a position, outputs
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Seq:
@@ -184,6 +287,14 @@ class Seq:
     params: dict[str, Value]
     state_base: Value          # offset of (c, n, t=0) in a lane-wide output / (c, 0) otherwise
     readout_base: Value        # offset of (c, t=0) in a readout
+
+
+@dataclass
+class Stream:
+    """A row of a timed array read or written by position: ``array[row + t]``."""
+
+    array: Value
+    row: Value
 
 
 class Gen:
@@ -205,6 +316,22 @@ class Gen:
         self.coeff_names = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
         self.readout_names = {s.name for e in self.readouts.values() for s in e.free_symbols
                               if s not in self.state_index}
+        for name in self.coeff_names:
+            if name not in self.arrays:
+                raise CompileError(f"the coefficients use {name!r}, which is neither an input "
+                                   "nor a parameter")
+        # readouts computed with the state (no lane axis); vector ones get their own kernel
+        self.scan_readouts = {} if form.vector else self.readouts
+        used = set(self.coeff_names)
+        if self.scan_readouts:
+            used |= self.readout_names
+        #: timed inputs a scan kernel reads, in a fixed order, and the parameters
+        self.scan_inputs = [n for n in form.inputs if n in used]
+        self.scan_params = {n for n in used if n not in self.timed}
+        #: timed inputs the coefficients alone read (the reduce kernel)
+        self.coeff_inputs = [n for n in form.inputs if n in self.coeff_names]
+        #: outputs of a scan kernel: the states, then the readouts computed with them
+        self.scan_outputs = [*self.states, *self.scan_readouts]
 
     # -- sequence setup ---------------------------------------------------------------------
     def seq(self, c: Value, n: Value, names: set[str]) -> Seq:
@@ -239,31 +366,30 @@ class Gen:
                 out.append(cf(0.0))
         return out
 
-    def leaf(self, seq: Seq, t: Value) -> Element:
-        emit = ExprEmitter(lambda s: self.value(seq, s.name, t))
-        return self.alg.leaf(self.form.A, self.form.b, emit)
+    def in_streams(self, seq: Seq, names: Sequence[str]) -> list[Stream]:
+        return [Stream(self.arrays[n], seq.timed_base[n]) for n in names]
 
-    def masked_leaf(self, seq: Seq, t: Value) -> Element:
-        """The element at t, or the identity past the end of the sequence."""
-        vals = if_else(lt_i(t, self.L), [f32()] * self.alg.width,
-                       lambda: self.leaf(seq, t).values(),
-                       lambda: self.alg.identity().values())
-        return self.alg.pack(vals)
+    def out_streams(self, seq: Seq) -> list[Stream]:
+        return ([Stream(self.arrays[s], seq.state_base) for s in self.states]
+                + [Stream(self.arrays[r], seq.readout_base) for r in self.scan_readouts])
 
-    # -- outputs -----------------------------------------------------------------------------
-    def store_step(self, seq: Seq, t: Value, h: Sequence[Value]) -> None:
-        """Write the states at t, and the readouts when they need no other lane."""
-        for s in self.states:
-            memref.store(h[self.state_out[s]], self.arrays[s], [add_i(seq.state_base, t)])
-        if self.form.vector:
-            return
-        for name, expr in self.readouts.items():
+    def leaf_from(self, seq: Seq, timed: Callable[[str], Value]) -> Element:
+        """Element (A_t, b_t); ``timed(name)`` gives the value of a timed input at t."""
+        def lookup(s: sympy.Symbol) -> Value:
+            return timed(s.name) if s.name in self.timed else seq.params[s.name]
+        return self.alg.leaf(self.form.A, self.form.b, ExprEmitter(lookup))
+
+    def outputs_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
+                   ) -> list[Value]:
+        """Values of :attr:`scan_outputs` at one position from the state there."""
+        out = [h[self.state_out[s]] for s in self.states]
+        for expr in self.scan_readouts.values():
             def lookup(sym: sympy.Symbol) -> Value:
                 if sym in self.state_index:
                     return h[self.state_index[sym]]
-                return self.value(seq, sym.name, t)
-            y = ExprEmitter(lookup)(expr)
-            memref.store(y, self.arrays[name], [add_i(seq.readout_base, t)])
+                return timed(sym.name) if sym.name in self.timed else seq.params[sym.name]
+            out.append(ExprEmitter(lookup)(expr))
+        return out
 
     def lane_readout(self, c: Value, t: Value) -> None:
         """Readouts of a vector recurrence at (c, t): sums over the N lanes of channel c."""
@@ -297,149 +423,509 @@ class Gen:
             y = ExprEmitter(outer, lane_sum)(expr)
             memref.store(y, self.arrays[name], [add_i(mul_i(c, self.L), t)])
 
-    # -- the sequential scan of one sequence ----------------------------------------------------
-    def sequential(self, s: Value) -> None:
-        c = arith.divui(s, self.N)
-        n = arith.remui(s, self.N)
-        seq = self.seq(c, n, self.coeff_names | self.readout_names)
 
-        def step(t: Value, h: list[Value]) -> list[Value]:
-            hn = self.alg.apply(self.leaf(seq, t), h)
-            self.store_step(seq, t, hn)
+# --------------------------------------------------------------------------------------------
+# sequential: warp tiles of 32 sequences x TT steps, staged through workgroup memory
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SeqLayout:
+    """Workgroup memory of the sequential kernel: per warp, ``buffers`` tiles of 32 x (TT+1)."""
+
+    steps: int                    # TT: time steps per tile
+    inputs: tuple[str, ...]       # staged timed inputs, buffer q = inputs[q]
+    private: tuple[bool, ...]     # row = own sequence (else row = channel - first channel)
+    out_buffer: tuple[int, ...]   # buffer that holds output o on its way out
+    buffers: int
+    warps: int
+
+    @property
+    def floats(self) -> int:
+        return self.warps * self.buffers * WARP * (self.steps + 1)
+
+
+def seq_layout(form: Any, options: Options) -> SeqLayout:
+    alg_free = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
+    readouts = {} if form.vector else dict(form.readouts)
+    used = set(alg_free) | {s.name for e in readouts.values() for s in e.free_symbols}
+    inputs = tuple(n for n in form.inputs if n in used)
+    lanes = set(form.recurrence.lane_names)
+    private = tuple((not form.vector) or n in lanes for n in inputs)
+    own = [q for q, p in enumerate(private) if p]
+    nout = len(form.recurrence.states) + len(readouts)
+    # an output reuses the buffer of an input read only by its own thread (in place, after
+    # the read of the same step); the others get buffers of their own
+    out_buffer = tuple(own[o] if o < len(own) else len(inputs) + o - len(own)
+                       for o in range(nout))
+    buffers = len(inputs) + max(0, nout - len(own))
+    warps = options.block_size // WARP
+    for steps in (32, 16, 8):
+        layout = SeqLayout(steps, inputs, private, out_buffer, buffers, warps)
+        if layout.floats * 4 <= SHARED_LIMIT // 2:
+            return layout
+    layout = SeqLayout(8, inputs, private, out_buffer, buffers, warps)
+    if layout.floats * 4 > SHARED_LIMIT:
+        raise OptionError(f"the sequential kernel stages {buffers} arrays per warp: "
+                          f"{layout.floats * 4} bytes of shared memory for block_size "
+                          f"{options.block_size}, more than {SHARED_LIMIT}: lower block_size")
+    return layout
+
+
+def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: Value,
+                     hs: Value | None) -> None:
+    """One block of the sequential strategy (``hs``: per-thread states on the host)."""
+    alg = gen.alg
+    bs, tt = th.bs, lay.steps
+    P = tt + 1
+    CN = mul_i(gen.C, gen.N)
+    S = alg.S
+    nin = len(lay.inputs)
+    block_s0 = mul_i(bid, ci(bs))
+
+    def where(warp: Value, q: int, r: Value, col: Value) -> Value:
+        return add_i(mul_i(add_i(mul_i(add_i(mul_i(warp, ci(lay.buffers)), ci(q)), ci(WARP)),
+                                 r), ci(P)), col)
+
+    def warp_of(tid: Value) -> tuple[Value, Value, Value, Value]:
+        warp = arith.divui(tid, ci(WARP))
+        lane = arith.remui(tid, ci(WARP))
+        s0 = add_i(block_s0, mul_i(warp, ci(WARP)))
+        return warp, lane, s0, arith.divui(s0, gen.N)
+
+    def setup(tid: Value) -> tuple[Value, Seq]:
+        s_raw = add_i(block_s0, tid)
+        s = min_i(s_raw, arith.subi(CN, ci(1)))
+        seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N),
+                      set(lay.inputs) | gen.scan_params)
+        return s_raw, seq
+
+    def cells(lane: Value, mb: Value) -> list[tuple[Value, Value]]:
+        """(row, column) of the tile cells a thread moves in one batch: the warp moves 32
+        consecutive cells (along time) per cell index m = mb .. mb + LOAD_BATCH - 1."""
+        out = []
+        for j in range(LOAD_BATCH):
+            idx = add_i(lane, mul_i(add_i(mb, ci(j)), ci(WARP)))
+            out.append((arith.divui(idx, ci(tt)), arith.remui(idx, ci(tt))))
+        return out
+
+    def batches(body: Callable[[Value], None]) -> None:
+        """``body(mb)`` for the batches of a tile, as a loop kept rolled: unrolled, the row
+        offsets of the whole tile would be hoisted out of the time loop into registers."""
+        def step(mb: Value, _: list[Value]) -> list[Value]:
+            body(mb)
+            return []
+        loop = scf.ForOp(ci(0), ci(tt), ci(LOAD_BATCH), [])
+        loop.operation.attributes["loop_annotation"] = Attribute.parse(
+            "#llvm.loop_annotation<unroll = <disable = true>>")
+        with InsertionPoint(loop.body):
+            step(loop.induction_variable, [])
+            scf.yield_([])
+
+    def load_tile(tid: Value, t0: Value) -> None:
+        warp, lane, s0, c0 = warp_of(tid)
+        last_t = arith.subi(gen.L, ci(1))
+
+        def batch(mb: Value) -> None:
+            vals: list[tuple[Value, Value]] = []
+            for r, col in cells(lane, mb):
+                t = min_i(add_i(t0, col), last_t)
+                for q, name in enumerate(lay.inputs):
+                    if lay.private[q]:
+                        row = min_i(add_i(s0, r), arith.subi(CN, ci(1)))
+                    else:
+                        row = min_i(add_i(c0, r), arith.subi(gen.C, ci(1)))
+                    v = memref.load(gen.arrays[name], [add_i(mul_i(row, gen.L), t)])
+                    vals.append((where(warp, q, r, col), v))
+            # the batch's loads are all in flight before its first store
+            for at, v in vals:
+                memref.store(v, stage, [at])
+        batches(batch)
+
+    def store_tile(tid: Value, t0: Value) -> None:
+        warp, lane, s0, _ = warp_of(tid)
+
+        def batch(mb: Value) -> None:
+            for r, col in cells(lane, mb):
+                t = add_i(t0, col)
+                srow = add_i(s0, r)
+                ok = arith.andi(lt_i(srow, CN), lt_i(t, gen.L))
+
+                def put(r: Value = r, col: Value = col, t: Value = t, srow: Value = srow
+                        ) -> None:
+                    for o, name in enumerate(gen.scan_outputs):
+                        v = memref.load(stage, [where(warp, lay.out_buffer[o], r, col)])
+                        memref.store(v, gen.arrays[name], [add_i(mul_i(srow, gen.L), t)])
+                if_then(ok, put)
+        batches(batch)
+
+    def walk(tid: Value, seq: Seq, t0: Value, h: list[Value], steps: int | Value
+             ) -> list[Value]:
+        """The thread's own row of the tile: ``steps`` steps from ``h``."""
+        warp, lane, _, c0 = warp_of(tid)
+        rows = [lane if lay.private[q] else arith.subi(seq.c, c0) for q in range(nin)]
+
+        def step(k: Value, h: list[Value]) -> list[Value]:
+            vals = {name: memref.load(stage, [where(warp, q, rows[q], k)])
+                    for q, name in enumerate(lay.inputs)}
+            hn = alg.apply(gen.leaf_from(seq, vals.__getitem__), h)
+            outs = gen.outputs_at(seq, hn, vals.__getitem__)
+            for o, v in enumerate(outs):
+                memref.store(v, stage, [where(warp, lay.out_buffer[o], lane, k)])
             return hn
-        for_loop(ci(0), self.L, ci(1), step, self.initial_state(seq))
+        if isinstance(steps, int):
+            for k in range(steps):
+                h = step(ci(k), h)
+            return h
+        return for_loop(ci(0), steps, ci(1), step, h)
+
+    def tile(t0: Value, steps: int | Value, h: list[Value], seq_of: Any) -> list[Value]:
+        th.each(lambda tid: load_tile(tid, t0))
+        th.warp_sync()
+        if th.gpu:
+            s_raw, seq = seq_of
+            h = if_else(lt_i(s_raw, CN), [f32()] * S, lambda: walk(th.tid, seq, t0, h, steps),
+                        lambda: h)
+        else:
+            assert hs is not None
+
+            def host_walk(tid: Value) -> None:
+                s_raw, seq = setup(tid)
+
+                def go() -> None:
+                    hh = [memref.load(hs, [add_i(mul_i(tid, ci(S)), ci(i))]) for i in range(S)]
+                    hh = walk(tid, seq, t0, hh, steps)
+                    for i, v in enumerate(hh):
+                        memref.store(v, hs, [add_i(mul_i(tid, ci(S)), ci(i))])
+                if_then(lt_i(s_raw, CN), go)
+            th.each(host_walk)
+        th.warp_sync()
+        th.each(lambda tid: store_tile(tid, t0))
+        return h
+
+    # initial states; full tiles (their steps unrolled), then the ragged tail
+    seq_of: Any = None
+    h: list[Value] = []
+    if th.gpu:
+        seq_of = setup(th.tid)
+        h = gen.initial_state(seq_of[1])
+    else:
+        assert hs is not None
+
+        def init(tid: Value) -> None:
+            _, seq = setup(tid)
+            for i, v in enumerate(gen.initial_state(seq)):
+                memref.store(v, hs, [add_i(mul_i(tid, ci(S)), ci(i))])
+        th.each(init)
+    full = arith.divui(gen.L, ci(tt))
+
+    def full_tile(tix: Value, h: list[Value]) -> list[Value]:
+        return tile(mul_i(tix, ci(tt)), tt, h, seq_of)
+    h = for_loop(ci(0), full, ci(1), full_tile, h)
+    t_tail = mul_i(full, ci(tt))
+    rest = arith.subi(gen.L, t_tail)
+
+    def tail() -> None:
+        tile(t_tail, rest, h, seq_of)
+    if_then(lt_i(ci(0), rest), tail)
 
 
 # --------------------------------------------------------------------------------------------
-# Blelloch over tiles
+# blelloch: one block scans positions [begin, end) of one row in tiles
 # --------------------------------------------------------------------------------------------
-class Tile:
-    """Storage of one tile of elements: one buffer per stored entry of the element."""
+def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Sequence[Value],
+               ins: Sequence[Stream], outs: Sequence[Stream],
+               element: Callable[[list[Value]], Element],
+               outputs: Callable[[list[Value], list[Value]], list[Value]] | None,
+               begin: Value, end: Value, init: list[Value], mode: str) -> list[Value]:
+    """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
-    def __init__(self, gen: Gen, buffers: Sequence[Value]) -> None:
-        self.gen = gen
-        self.buffers = list(buffers)
-
-    def load(self, i: Value) -> Element:
-        return self.gen.alg.pack([memref.load(b, [i]) for b in self.buffers])
-
-    def store(self, i: Value, e: Element) -> None:
-        for b, v in zip(self.buffers, e.values(), strict=True):
-            memref.store(v, b, [i])
-
-
-def blelloch(gen: Gen, s: Value, tile: Tile, first: Value, stride: Value,
-             barrier: Callable[[], None], positions: Callable[[Callable[[Value, int], None],
-                                                                Value], None],
-             keep: Callable[[Value, int, Element], None],
-             kept: Callable[[Value, int], Element], single: Callable[[Callable[[], None]], None]
-             ) -> None:
-    """The tiled Blelloch scan of sequence ``s``.
-
-    ``first``/``stride`` enumerate the pairs a thread combines at one tree level (thread id and
-    block size on the GPU, 0 and 1 on the host); ``positions(fn, base)`` calls ``fn(i, k)`` for
-    the tile positions this thread owns; ``keep``/``kept`` hold a position's own element from
-    the load to the output phase; ``single(fn)`` runs ``fn`` on one thread.
+    ``mode``: ``"reduce"`` returns the aggregate of the range (no output); ``"inclusive"``
+    writes ``outputs(state after t, inputs at t)`` at every t, ``"exclusive"`` the same with
+    the state before t. ``init`` is the state before ``begin`` (ignored by ``reduce``).
     """
     alg = gen.alg
-    T = gen.options.tile
-    levels = T.bit_length() - 1
-    c = arith.divui(s, gen.N)
-    n = arith.remui(s, gen.N)
-    seq = gen.seq(c, n, gen.coeff_names | gen.readout_names)
-    tile_len = ci(T)
+    bs = th.bs
+    T = bs * E
+    levels = bs.bit_length() - 1
+    nin = len(ins)
+    last = arith.subi(end, ci(1))
+    total_slot = ci(padded(bs))
 
-    def one_tile(tix: Value, hprev: list[Value]) -> list[Value]:
-        base = mul_i(tix, tile_len)
+    def load_tile(t0: Value, tid: Value) -> list[Value]:
+        vals = []
+        for k in range(E):
+            t = min_i(add_i(t0, add_i(ci(k * bs), tid)), last)
+            vals += [memref.load(s.array, [add_i(s.row, t)]) for s in ins]
+        return vals
 
-        # 1. load: element (A_t, b_t) of every position, identity past the end
-        def load(i: Value, k: int) -> None:
-            e = gen.masked_leaf(seq, add_i(base, i))
-            tile.store(i, e)
-            keep(i, k, e)
-        positions(load, base)
-        barrier()
+    def put_tile(tid: Value, vals: list[Value]) -> None:
+        for k in range(E):
+            i = pad(add_i(ci(k * bs), tid))
+            for q in range(nin):
+                memref.store(vals[k * nin + q], stage[q], [i])
 
-        # 2. up-sweep: x[bi] = x[bi] o x[ai] with ai = off*(2j+1)-1, bi = ai + off
-        def up(d: Value, _: list[Value]) -> list[Value]:
-            off = arith.shli(ci(1), d)
-            pairs = arith.shrui(tile_len, add_i(d, ci(1)))
+    def agg_load(i: Value) -> Element:
+        return alg.pack([memref.load(b, [i]) for b in aggbuf])
 
-            def pair(j: Value, _: list[Value]) -> list[Value]:
-                ai = arith.subi(mul_i(off, add_i(mul_i(j, ci(2)), ci(1))), ci(1))
-                bi = add_i(ai, off)
-                tile.store(bi, alg.combine(tile.load(bi), tile.load(ai)))
-                return []
-            for_loop(first, pairs, stride, pair)
-            barrier()
+    def agg_store(i: Value, e: Element) -> None:
+        for b, v in zip(aggbuf, e.values(), strict=True):
+            memref.store(v, b, [i])
+
+    def staged(p: Value) -> list[Value]:
+        return [memref.load(stage[q], [pad(p)]) for q in range(nin)]
+
+    def own(tid: Value, t0: Value) -> list[Element]:
+        """The thread's E consecutive elements, the identity past the end."""
+        out = []
+        for j in range(E):
+            p = add_i(mul_i(tid, ci(E)), ci(j))
+            e = element(staged(p))
+            out.append(_select(lt_i(add_i(t0, p), end), e, alg.identity(), alg))
+        return out
+
+    reduce = mode == "reduce"
+    carry0 = alg.identity().values() if reduce else list(init)
+    nc = len(carry0)
+    start = list(carry0) + (load_tile(begin, th.tid) if th.gpu else [])   # type: ignore[arg-type]
+
+    def one_tile(tix: Value, it: list[Value]) -> list[Value]:
+        carry, pref = it[:nc], it[nc:]
+        t0 = add_i(begin, mul_i(tix, ci(T)))
+        # 1. the tile into workgroup memory (prefetched on the GPU), coalesced
+        if th.gpu:
+            put_tile(th.tid, pref)      # type: ignore[arg-type]
+        else:
+            th.each(lambda tid: put_tile(tid, load_tile(t0, tid)))
+        th.barrier()
+        # the next tile's loads go out now and land while this tile is scanned
+        nxt = load_tile(add_i(t0, ci(T)), th.tid) if th.gpu else []   # type: ignore[arg-type]
+        # 2. each thread composes its E consecutive elements
+        kept: dict[str, list[Element]] = {}
+
+        def compose(tid: Value) -> None:
+            els = own(tid, t0)
+            kept["els"] = els
+            agg = els[0]
+            for e in els[1:]:
+                agg = alg.combine(e, agg)
+            agg_store(pad(tid), agg)
+        th.each(compose)
+        th.barrier()
+        # 3. up-sweep over the bs aggregates; the root level (one thread) also starts the
+        #    down-sweep: the total is set aside, the root becomes the identity
+        for d in range(levels):
+            off = 1 << d
+            top = d == levels - 1
+
+            def up(j: Value, off: int = off, top: bool = top) -> None:
+                ai = add_i(mul_i(j, ci(2 * off)), ci(off - 1))
+                bi = add_i(ai, ci(off))
+                left, right = agg_load(pad(ai)), agg_load(pad(bi))
+                if top and not reduce:
+                    agg_store(total_slot, alg.combine(right, left))
+                    agg_store(pad(ai), alg.identity())
+                    agg_store(pad(bi), left)
+                else:
+                    agg_store(pad(bi), alg.combine(right, left))
+            th.each(up, bs >> (d + 1))
+            th.barrier()
+        if reduce:
+            total = agg_load(pad(ci(bs - 1)))
+            return alg.combine(total, alg.pack(carry)).values() + nxt
+        # 4. down-sweep: exclusive prefixes of the thread aggregates
+        for d in reversed(range(levels - 1)):
+            off = 1 << d
+
+            def down(j: Value, off: int = off) -> None:
+                ai = add_i(mul_i(j, ci(2 * off)), ci(off - 1))
+                bi = add_i(ai, ci(off))
+                left, right = agg_load(pad(ai)), agg_load(pad(bi))
+                agg_store(pad(ai), right)
+                agg_store(pad(bi), alg.combine(left, right))
+            th.each(down, bs >> (d + 1))
+            th.barrier()
+        total = agg_load(total_slot)
+
+        # 5. each thread applies its prefix to its own elements; states out via the stage
+        def finish(tid: Value) -> None:
+            assert outputs is not None
+            h = alg.apply(agg_load(pad(tid)), carry)
+            els = kept["els"] if th.gpu else own(tid, t0)
+            for j in range(E):
+                p = add_i(mul_i(tid, ci(E)), ci(j))
+                vals = staged(p)
+                if mode == "exclusive":
+                    o = outputs(h, vals)
+                    h = alg.apply(els[j], h)
+                else:
+                    h = alg.apply(els[j], h)
+                    o = outputs(h, vals)
+                for q, v in enumerate(o):
+                    memref.store(v, stage[q], [pad(p)])
+        th.each(finish)
+        th.barrier()
+
+        def write(tid: Value) -> None:
+            for k in range(E):
+                i = add_i(ci(k * bs), tid)
+                t = add_i(t0, i)
+
+                def put(i: Value = i, t: Value = t) -> None:
+                    for q, s in enumerate(outs):
+                        memref.store(memref.load(stage[q], [pad(i)]), s.array, [add_i(s.row, t)])
+                if_then(lt_i(t, end), put)
+        th.each(write)
+        return alg.apply(total, carry) + nxt
+
+    ntiles = ceil_div(arith.subi(end, begin), ci(T))
+    return for_loop(ci(0), ntiles, ci(1), one_tile, start)[:nc]
+
+
+@dataclass(frozen=True)
+class ScanShapes:
+    """Workgroup arrays of the Blelloch kernels: (stage buffers, aggregate buffers) sizes."""
+
+    stage: int          # floats per stage buffer (tile, padded)
+    agg: int            # floats per aggregate buffer (block_size, padded, + the total slot)
+
+
+def blelloch_shapes(options: Options) -> ScanShapes:
+    return ScanShapes(padded(options.tile), padded(options.block_size) + 1)
+
+
+def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence[Value],
+                   aggbuf: Sequence[Value]) -> None:
+    """One block of the Blelloch kernels (role scan / reduce / carry)."""
+    o = gen.options
+    alg = gen.alg
+    E = o.elements_per_thread
+    Tc = ci(o.time_chunk)
+    nch = ceil_div(gen.L, Tc)
+    w, S = alg.width, alg.S
+    aggs, carries = gen.arrays[AGGREGATES], gen.arrays[CARRIES]
+    if role == "carry":
+        s = bid
+        seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N), set())
+        ins = [Stream(aggs, mul_i(add_i(mul_i(s, ci(w)), ci(e)), nch)) for e in range(w)]
+        outs = [Stream(carries, mul_i(add_i(mul_i(s, ci(S)), ci(i)), nch)) for i in range(S)]
+        block_scan(gen, th, E, stage, aggbuf, ins, outs, alg.pack, lambda h, v: list(h),
+                   ci(0), nch, gen.initial_state(seq), "exclusive")
+        return
+    s = arith.divui(bid, nch)
+    k = arith.remui(bid, nch)
+    begin = mul_i(k, Tc)
+    end = min_i(gen.L, add_i(begin, Tc))
+    names = gen.scan_inputs if role == "scan" else gen.coeff_inputs
+    seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N), set(names) | gen.scan_params)
+    at = {n: q for q, n in enumerate(names)}
+
+    def element(vals: list[Value]) -> Element:
+        return gen.leaf_from(seq, lambda name: vals[at[name]])
+    if role == "reduce":
+        agg = block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names), [], element,
+                         None, begin, end, [], "reduce")
+
+        def put() -> None:
+            for e, v in enumerate(agg):
+                memref.store(v, aggs, [add_i(mul_i(add_i(mul_i(s, ci(w)), ci(e)), nch), k)])
+        if th.gpu:
+            assert th.tid is not None
+            if_then(arith.cmpi(arith.CmpIPredicate.eq, th.tid, ci(0)), put)
+        else:
+            put()
+        return
+
+    def from_h0() -> list[Value]:
+        return gen.initial_state(seq)
+
+    def from_carry() -> list[Value]:
+        return [memref.load(carries, [add_i(mul_i(add_i(mul_i(s, ci(S)), ci(i)), nch), k)])
+                for i in range(S)]
+    init = if_else(arith.cmpi(arith.CmpIPredicate.eq, k, ci(0)), [f32()] * S, from_h0,
+                   from_carry)
+
+    def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
+        return gen.outputs_at(seq, h, lambda name: vals[at[name]])
+    block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names), gen.out_streams(seq),
+               element, outputs, begin, end, init, "inclusive")
+
+
+def readout_block(gen: Gen, th: Threads, bid: Value) -> None:
+    """Block ``c * N + k`` of the readout kernel: channel c, time chunk k of ceil(L / N)."""
+    c = arith.divui(bid, gen.N)
+    k = arith.remui(bid, gen.N)
+    chunk = ceil_div(gen.L, gen.N)
+    t0 = mul_i(k, chunk)
+    t1 = arith.minui(gen.L, add_i(t0, chunk))
+
+    def thread(tid: Value) -> None:
+        def step(t: Value, _: list[Value]) -> list[Value]:
+            gen.lane_readout(c, t)
             return []
-        for_loop(ci(0), ci(levels), ci(1), up)
-
-        # 3. the tile's total, then the root becomes the identity
-        last = ci(T - 1)
-        total = tile.load(last)
-        barrier()
-        single(lambda: tile.store(last, alg.identity()))
-        barrier()
-
-        # 4. down-sweep: (x[ai], x[bi]) = (x[bi], x[ai] o x[bi]), exclusive prefixes
-        def down(dd: Value, _: list[Value]) -> list[Value]:
-            d = arith.subi(ci(levels - 1), dd)
-            off = arith.shli(ci(1), d)
-            pairs = arith.shrui(tile_len, add_i(d, ci(1)))
-
-            def pair(j: Value, _: list[Value]) -> list[Value]:
-                ai = arith.subi(mul_i(off, add_i(mul_i(j, ci(2)), ci(1))), ci(1))
-                bi = add_i(ai, off)
-                left = tile.load(ai)
-                right = tile.load(bi)
-                tile.store(ai, right)
-                tile.store(bi, alg.combine(left, right))
-                return []
-            for_loop(first, pairs, stride, pair)
-            barrier()
-            return []
-        for_loop(ci(0), ci(levels), ci(1), down)
-
-        # 5. states: h_t = (x_t o prefix_t) h_prev; write the valid positions
-        def out(i: Value, k: int) -> None:
-            t = add_i(base, i)
-            prefix = alg.combine(kept(i, k), tile.load(i))
-            h = alg.apply(prefix, hprev)
-            if_then(lt_i(t, gen.L), lambda: gen.store_step(seq, t, h))
-        positions(out, base)
-        barrier()
-        return alg.apply(total, hprev)
-
-    ntiles = ceil_div(gen.L, tile_len)
-    for_loop(ci(0), ntiles, ci(1), one_tile, gen.initial_state(seq))
+        for_loop(add_i(t0, tid), t1, ci(th.bs), step)
+    th.each(thread)
 
 
 # --------------------------------------------------------------------------------------------
 # module builders
 # --------------------------------------------------------------------------------------------
-def _array_sizes(form: Any, args: list[dict[str, Any]], C: Value, N: Value, L: Value
-                 ) -> dict[str, Value]:
+def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value) -> dict[str, Value]:
     sizes = {}
     CN = mul_i(C, N)
     for a in args:
         if a["role"] == "size":
+            continue
+        if a["role"] == "workspace":
+            chunks = ceil_div(L, ci(a["time_chunk"]))
+            sizes[a["name"]] = mul_i(mul_i(CN, chunks), ci(a["per_chunk"]))
             continue
         rows = CN if a["lane"] else C
         sizes[a["name"]] = mul_i(rows, L) if a["timed"] else rows
     return sizes
 
 
-def _check_shared(form: Any, options: Options, alg: Algebra) -> int:
-    if options.strategy != "blelloch" or options.target != "cuda":
-        return 0
-    need = options.tile * alg.width * 4
-    if need > STATIC_SHARED_LIMIT:
-        raise OptionError(
-            f"a Blelloch tile of {options.tile} elements of {alg.width} floats needs {need} "
-            f"bytes of shared memory, more than {STATIC_SHARED_LIMIT}: lower block_size * "
-            "elements_per_thread")
-    return need
+def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
+    """The kernels of a compile, in launch order, with their geometry."""
+    bs = options.block_size
+    block = (bs, 1, 1)
+    alg = Algebra(form.A)
+    out: list[KernelSpec] = []
+    if options.strategy == "sequential":
+        lay = seq_layout(form, options)
+        shared = lay.floats * 4 if options.target == "cuda" else 0
+        out.append(KernelSpec(f"{KERNEL_PREFIX}_sequential", "scan", block, bs, shared))
+    else:
+        shapes = blelloch_shapes(options)
+        gen_counts = _stage_counts(form, options)
+        Tc = options.time_chunk
+        for role, suffix in (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")):
+            static = (gen_counts[role] * shapes.stage + alg.width * shapes.agg) * 4
+            if options.target == "cuda" and static > STATIC_SHARED_LIMIT:
+                raise OptionError(
+                    f"a Blelloch tile of {options.tile} elements ({gen_counts[role]} staged "
+                    f"arrays, elements of {alg.width} floats) needs {static} bytes of shared "
+                    f"memory, more than {STATIC_SHARED_LIMIT}: lower block_size * "
+                    "elements_per_thread")
+            out.append(KernelSpec(
+                f"{KERNEL_PREFIX}_blelloch{suffix}", role, block, 1, 0, static,
+                time_chunk=None if role == "carry" else Tc,
+                launch_when_longer_than=None if role == "scan" else Tc))
+    if form.vector and form.readouts:
+        out.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", block, 1))
+    return out
+
+
+def _stage_counts(form: Any, options: Options) -> dict[str, int]:
+    alg = Algebra(form.A)
+    coeff = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
+    readouts = {} if form.vector else dict(form.readouts)
+    state_syms = set(form.state_symbols)
+    used = coeff | {s.name for e in readouts.values() for s in e.free_symbols
+                    if s not in state_syms}
+    scan_inputs = [n for n in form.inputs if n in used]
+    nout = len(form.recurrence.states) + len(readouts)
+    return {"scan": max(1, len(scan_inputs), nout),
+            "reduce": max(1, len([n for n in form.inputs if n in coeff])),
+            "carry": max(alg.width, alg.S)}
 
 
 def build_module(form: Any, options: Options) -> BuiltModule:
@@ -447,66 +933,26 @@ def build_module(form: Any, options: Options) -> BuiltModule:
     import time
 
     start = time.perf_counter()
-    args = kernel_args(form)
+    args = kernel_args(form, options)
+    kernels = kernel_specs(form, options)
     with Context(), Location.unknown():
-        alg = Algebra(form.A)
-        shared = _check_shared(form, options, alg)
         if options.target == "cuda":
-            module, kernels = _cuda_module(form, options, args, alg)
+            module = _cuda_module(form, options, args, kernels)
         else:
-            module, kernels = _cpu_module(form, options, args)
+            module = _cpu_module(form, options, args, kernels)
         if not module.operation.verify():
             raise CompileError("the generated module does not verify", ir_before=str(module))
         text = str(module)
-    first = kernels[0]
-    return BuiltModule(text=text, kernel_name=first.name, args=args, block=first.block,
-                       sequences_per_block=first.sequences_per_block,
-                       shared_bytes=first.shared_bytes, target=options.target,
-                       kernels=kernels, static_shared_bytes=shared,
+    main = next(k for k in kernels if k.role == "scan")
+    return BuiltModule(text=text, kernel_name=main.name, args=args, block=main.block,
+                       sequences_per_block=main.sequences_per_block,
+                       shared_bytes=main.shared_bytes, target=options.target,
+                       kernels=kernels, static_shared_bytes=main.static_shared_bytes,
                        seconds=time.perf_counter() - start)
 
 
 def _i64() -> IntegerType:
     return IntegerType.get_signless(64)
-
-
-def _cuda_module(form: Any, options: Options, args: list[dict[str, Any]], alg: Algebra
-                 ) -> tuple[Module, list[KernelSpec]]:
-    module = Module.create()
-    module.operation.attributes["gpu.container_module"] = UnitAttr.get()
-    # bare-pointer ABI: a buffer arrives as a 0-d memref (one pointer) and is reshaped to the
-    # flat memref<?xf32> of its size inside the kernel
-    ptr = MemRefType.get([], f32())
-    arg_types: list[Type] = [ptr if a["role"] != "size" else _i64() for a in args]
-    ftype = FunctionType.get(arg_types, [])
-    bs = options.block_size
-    scan_name = f"{KERNEL_PREFIX}_{options.strategy}"
-    kernels = [KernelSpec(scan_name, "scan", (bs, 1, 1),
-                          1 if options.strategy == "blelloch" else bs, 0,
-                          _check_shared(form, options, alg))]
-    if form.vector and form.readouts:
-        kernels.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", (bs, 1, 1), 1))
-
-    workgroup = Attribute.parse("#gpu.address_space<workgroup>")
-    with InsertionPoint(module.body):
-        gmod = gpu.GPUModuleOp(f"{KERNEL_PREFIX}_kernels")
-        gmod.bodyRegion.blocks.append()
-        with InsertionPoint(gmod.bodyRegion.blocks[0]):
-            for spec in kernels:
-                fn = gpu.GPUFuncOp(ftype, sym_name=spec.name, kernel=True,
-                                   known_block_size=[bs, 1, 1])
-                wg_types: list[Type] = []
-                if spec.role == "scan" and options.strategy == "blelloch":
-                    wg_types = [MemRefType.get([options.tile], f32(), memory_space=workgroup)
-                                ] * alg.width
-                    fn.attributes["workgroup_attributions"] = IntegerAttr.get(
-                        _i64(), len(wg_types))
-                block = fn.body.blocks.append(*arg_types, *wg_types)
-                with InsertionPoint(block):
-                    _cuda_kernel_body(form, options, args, spec, list(block.arguments))
-                    gpu.return_([])
-        _cuda_host_launcher(options, args, arg_types, kernels)
-    return module, kernels
 
 
 def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[Value],
@@ -515,58 +961,101 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
     by_name = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] != "size"}
     C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
-    sizes = _array_sizes(form, args, C, N, L)
+    sizes = _array_sizes(args, C, N, L)
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
     return Gen(form, options, arrays, C, N, L)
 
 
-def _cuda_kernel_body(form: Any, options: Options, args: list[dict[str, Any]],
-                      spec: KernelSpec, values: list[Value]) -> None:
-    def as_flat(v: Value, size: Value) -> Value:
-        dyn = ShapedType.get_dynamic_size()
-        return memref.reinterpret_cast(flat_memref(), v, [], [size], [], [0], [dyn], [1])
-
-    gen = _bind(form, options, args, values[:len(args)], as_flat)
-    tid = gpu.thread_id(gpu.Dimension.x)
-    bid = gpu.block_id(gpu.Dimension.x)
-    bs = ci(options.block_size)
+def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
+                 shared: Sequence[Value], hs: Value | None) -> None:
     if spec.role == "readout":
-        # block b = c * N + k owns channel c, time chunk k of ceil(L / N) steps
-        c = arith.divui(bid, gen.N)
-        k = arith.remui(bid, gen.N)
-        chunk = ceil_div(gen.L, gen.N)
-        t0 = mul_i(k, chunk)
-        t1 = arith.minui(gen.L, add_i(t0, chunk))
+        readout_block(gen, th, bid)
+    elif gen.options.strategy == "sequential":
+        sequential_block(gen, th, seq_layout(gen.form, gen.options), bid, shared[0], hs)
+    else:
+        width = gen.alg.width
+        stage, aggbuf = shared[:-width], shared[-width:]
+        blelloch_block(gen, th, spec.role, bid, stage, aggbuf)
 
-        def step(t: Value, _: list[Value]) -> list[Value]:
-            gen.lane_readout(c, t)
-            return []
-        for_loop(add_i(t0, tid), t1, bs, step)
-        return
+
+def _shared_arrays(form: Any, options: Options, spec: KernelSpec) -> list[int]:
+    """Sizes (floats) of the workgroup arrays of ``spec``."""
+    if spec.role == "readout":
+        return []
     if options.strategy == "sequential":
-        s = add_i(mul_i(bid, bs), tid)
-        if_then(lt_i(s, mul_i(gen.C, gen.N)), lambda: gen.sequential(s))
-        return
-
-    tile = Tile(gen, values[len(args):])
-    E = options.elements_per_thread
-    regs: dict[int, Element] = {}
-
-    def positions(fn: Callable[[Value, int], None], base: Value) -> None:
-        for k in range(E):     # position k * block_size + tid: coalesced across the block
-            fn(add_i(mul_i(ci(k), bs), tid), k)
-
-    def keep(i: Value, k: int, e: Element) -> None:
-        regs[k] = e
-
-    def single(fn: Callable[[], None]) -> None:
-        if_then(arith.cmpi(arith.CmpIPredicate.eq, tid, ci(0)), fn)
-
-    blelloch(gen, bid, tile, tid, bs, lambda: gpu.barrier(), positions, keep,
-             lambda i, k: regs[k], single)
+        return [seq_layout(form, options).floats]
+    shapes = blelloch_shapes(options)
+    count = _stage_counts(form, options)[spec.role]
+    return [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
 
 
-def _cuda_host_launcher(options: Options, args: list[dict[str, Any]], arg_types: list[Type],
+def _cuda_module(form: Any, options: Options, args: list[dict[str, Any]],
+                 kernels: list[KernelSpec]) -> Module:
+    module = Module.create()
+    module.operation.attributes["gpu.container_module"] = UnitAttr.get()
+    # bare-pointer ABI: a buffer arrives as a 0-d memref (one pointer) and is reshaped to the
+    # flat memref<?xf32> of its size inside the kernel
+    ptr = MemRefType.get([], f32())
+    arg_types: list[Type] = [ptr if a["role"] != "size" else _i64() for a in args]
+    ftype = FunctionType.get(arg_types, [])
+    bs = options.block_size
+    workgroup = Attribute.parse("#gpu.address_space<workgroup>")
+    with InsertionPoint(module.body):
+        gmod = gpu.GPUModuleOp(f"{KERNEL_PREFIX}_kernels")
+        gmod.bodyRegion.blocks.append()
+        with InsertionPoint(gmod.bodyRegion.blocks[0]):
+            for spec in kernels:
+                fn = gpu.GPUFuncOp(ftype, sym_name=spec.name, kernel=True,
+                                   known_block_size=[bs, 1, 1])
+                if spec.min_blocks_per_sm:
+                    # ask ptxas for registers that leave room for this many blocks per SM
+                    fn.attributes["nvvm.minctasm"] = IntegerAttr.get(
+                        IntegerType.get_signless(32), spec.min_blocks_per_sm)
+                static = [] if spec.shared_bytes else _shared_arrays(form, options, spec)
+                wg_types: list[Type] = [MemRefType.get([n], f32(), memory_space=workgroup)
+                                        for n in static]
+                if wg_types:
+                    fn.attributes["workgroup_attributions"] = IntegerAttr.get(
+                        _i64(), len(wg_types))
+                block = fn.body.blocks.append(*arg_types, *wg_types)
+                with InsertionPoint(block):
+                    values = list(block.arguments)
+
+                    def as_flat(v: Value, size: Value) -> Value:
+                        dyn = ShapedType.get_dynamic_size()
+                        return memref.reinterpret_cast(flat_memref(), v, [], [size], [], [0],
+                                                       [dyn], [1])
+                    gen = _bind(form, options, args, values[:len(args)], as_flat)
+                    shared = values[len(args):]
+                    if spec.shared_bytes:
+                        raw = gpu.dynamic_shared_memory(MemRefType.get(
+                            [ShapedType.get_dynamic_size()], IntegerType.get_signless(8),
+                            memory_space=workgroup))
+                        view = MemRefType.get([ShapedType.get_dynamic_size()], f32(),
+                                              memory_space=workgroup)
+                        shared = [memref.view(view, raw, ci(0), [ci(spec.shared_bytes // 4)])]
+                    th = Threads(True, bs, gpu.thread_id(gpu.Dimension.x))
+                    _kernel_body(gen, spec, th, gpu.block_id(gpu.Dimension.x), shared, None)
+                    gpu.return_([])
+        _cuda_host_launcher(args, arg_types, kernels)
+    return module
+
+
+def _grid_value(spec: KernelSpec, C: Value, N: Value, L: Value) -> Value:
+    blocks = ceil_div(mul_i(C, N), ci(spec.sequences_per_block))
+    if spec.time_chunk is not None:
+        blocks = mul_i(blocks, ceil_div(L, ci(spec.time_chunk)))
+    return blocks
+
+
+def _launch_if(spec: KernelSpec, L: Value, launch: Callable[[], None]) -> None:
+    if spec.launch_when_longer_than is None:
+        launch()
+    else:
+        if_then(lt_i(ci(spec.launch_when_longer_than), L), launch)
+
+
+def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],
                         kernels: list[KernelSpec]) -> None:
     """A host function that launches the kernels in order (shown in the IR; the runtime
     launches the PTX itself with the same geometry)."""
@@ -575,66 +1064,67 @@ def _cuda_host_launcher(options: Options, args: list[dict[str, Any]], arg_types:
     with InsertionPoint(block):
         vals = list(block.arguments)
         size = {a["name"]: v for a, v in zip(args, vals, strict=True) if a["role"] == "size"}
-        C, N = to_index(size["C"]), to_index(size["N"])
+        C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
         one = ci(1)
         for spec in kernels:
-            grid = ceil_div(mul_i(C, N), ci(spec.sequences_per_block))
-            gpu.launch_func([f"{KERNEL_PREFIX}_kernels", spec.name], (grid, one, one),
-                            (ci(spec.block[0]), one, one), kernel_operands=vals)
+            def launch(spec: KernelSpec = spec) -> None:
+                grid = _grid_value(spec, C, N, L)
+                dyn = (arith.constant(IntegerType.get_signless(32), spec.shared_bytes)
+                       if spec.shared_bytes else None)
+                gpu.launch_func([f"{KERNEL_PREFIX}_kernels", spec.name], (grid, one, one),
+                                (ci(spec.block[0]), one, one), kernel_operands=vals,
+                                dynamic_shared_memory_size=dyn)
+            _launch_if(spec, L, launch)
         func.return_([])
 
 
-def _cpu_module(form: Any, options: Options, args: list[dict[str, Any]]
-                ) -> tuple[Module, list[KernelSpec]]:
+def _cpu_module(form: Any, options: Options, args: list[dict[str, Any]],
+                kernels: list[KernelSpec]) -> Module:
+    """Host code: one ``<kernel>_grid(args..., grid)`` per kernel that runs its blocks one
+    after the other and the threads of a block phase by phase, and the entry
+    ``scanweaver_<strategy>(args...)`` that launches them in order like the GPU runtime."""
     module = Module.create()
     arg_types: list[Type] = [flat_memref() if a["role"] != "size" else _i64() for a in args]
-    name = f"{KERNEL_PREFIX}_{options.strategy}"
+    bs = options.block_size
     with InsertionPoint(module.body):
-        fn = func.FuncOp(name, FunctionType.get(arg_types, []))
-        fn.attributes["llvm.emit_c_interface"] = UnitAttr.get()
-        block = fn.add_entry_block()
+        grid_fns = {}
+        for spec in kernels:
+            fn = func.FuncOp(spec.name + GRID_SUFFIX,
+                             FunctionType.get([*arg_types, _i64()], []))
+            fn.attributes["llvm.emit_c_interface"] = UnitAttr.get()
+            grid_fns[spec.name] = fn
+            block = fn.add_entry_block()
+            with InsertionPoint(block):
+                values = list(block.arguments)
+                gen = _bind(form, options, args, values[:len(args)], lambda v, size: v)
+                shared = [memref.alloc(MemRefType.get([n], f32()), [], [])
+                          for n in _shared_arrays(form, options, spec)]
+                hs = None
+                if options.strategy == "sequential" and spec.role == "scan":
+                    hs = memref.alloc(MemRefType.get([bs * gen.alg.S], f32()), [], [])
+                th = Threads(False, bs)
+
+                def one_block(b: Value, _: list[Value], gen: Gen = gen, spec: KernelSpec = spec,
+                              shared: list[Value] = shared, hs: Value | None = hs,
+                              th: Threads = th) -> list[Value]:
+                    _kernel_body(gen, spec, th, b, shared, hs)
+                    return []
+                for_loop(ci(0), to_index(values[-1]), ci(1), one_block)
+                for buf in [*shared, *([hs] if hs is not None else [])]:
+                    memref.dealloc(buf)
+                func.return_([])
+        entry = func.FuncOp(f"{KERNEL_PREFIX}_{options.strategy}",
+                            FunctionType.get(arg_types, []))
+        entry.attributes["llvm.emit_c_interface"] = UnitAttr.get()
+        block = entry.add_entry_block()
         with InsertionPoint(block):
-            gen = _bind(form, options, args, list(block.arguments), lambda v, size: v)
-            CN = mul_i(gen.C, gen.N)
-            if options.strategy == "sequential":
-                def seq_body(s: Value, _: list[Value]) -> list[Value]:
-                    gen.sequential(s)
-                    return []
-                for_loop(ci(0), CN, ci(1), seq_body)
-            else:
-                _cpu_blelloch(gen, options, CN)
-            if form.vector and form.readouts:
-                def chan(c: Value, _: list[Value]) -> list[Value]:
-                    def step(t: Value, _: list[Value]) -> list[Value]:
-                        gen.lane_readout(c, t)
-                        return []
-                    for_loop(ci(0), gen.L, ci(1), step)
-                    return []
-                for_loop(ci(0), gen.C, ci(1), chan)
+            vals = list(block.arguments)
+            size = {a["name"]: v for a, v in zip(args, vals, strict=True) if a["role"] == "size"}
+            C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
+            for spec in kernels:
+                def launch(spec: KernelSpec = spec) -> None:
+                    grid = arith.index_cast(_i64(), _grid_value(spec, C, N, L))
+                    func.call([], spec.name + GRID_SUFFIX, [*vals, grid])
+                _launch_if(spec, L, launch)
             func.return_([])
-    return module, [KernelSpec(name, "scan", (1, 1, 1), 1)]
-
-
-def _cpu_blelloch(gen: Gen, options: Options, CN: Value) -> None:
-    T = options.tile
-    tmem = MemRefType.get([T], f32())
-    width = gen.alg.width
-    bufs = [memref.alloc(tmem, [], []) for _ in range(width)]
-    kept_bufs = [memref.alloc(tmem, [], []) for _ in range(width)]
-    tile = Tile(gen, bufs)
-    kept = Tile(gen, kept_bufs)
-
-    def positions(fn: Callable[[Value, int], None], base: Value) -> None:
-        def body(i: Value, _: list[Value]) -> list[Value]:
-            fn(i, 0)
-            return []
-        for_loop(ci(0), ci(T), ci(1), body)
-
-    def seq_body(s: Value, _: list[Value]) -> list[Value]:
-        blelloch(gen, s, tile, ci(0), ci(1), lambda: None, positions,
-                 lambda i, k, e: kept.store(i, e), lambda i, k: kept.load(i),
-                 lambda fn: fn())
-        return []
-    for_loop(ci(0), CN, ci(1), seq_body)
-    for b in bufs + kept_bufs:
-        memref.dealloc(b)
+    return module

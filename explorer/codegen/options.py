@@ -27,6 +27,8 @@ CHIP_PTX = {
 
 # Static shared memory a kernel may declare without opting in to more (CUDA's 48 KiB).
 STATIC_SHARED_LIMIT = 48 * 1024
+# Dynamic shared memory a block may use after opting in (sm_80 and later: 227 KiB on sm_90).
+SHARED_LIMIT = 227 * 1024
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Options:
     target: str = "cuda"
     block_size: int = 256
     elements_per_thread: int = 4
+    chunk_tiles: int = 16
     chip: str = "sm_90"
     dtype: str = "float32"
     opt_level: int = 3
@@ -45,6 +48,11 @@ class Options:
     def tile(self) -> int:
         """Elements of one sequence handled by one block per tile (Blelloch)."""
         return self.block_size * self.elements_per_thread
+
+    @property
+    def time_chunk(self) -> int:
+        """Time steps of one chunk of the chunked Blelloch scan (one block each)."""
+        return self.tile * self.chunk_tiles
 
     @property
     def ptx_features(self) -> str:
@@ -70,7 +78,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if target not in TARGETS:
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
-    known = {"block_size", "elements_per_thread", "chip", "dtype", "opt_level"}
+    known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -80,6 +88,8 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                                32, 1024)
     ept = _power_of_two(options.get("elements_per_thread", defaults.elements_per_thread),
                         "elements_per_thread", 1, 16)
+    chunk_tiles = _power_of_two(options.get("chunk_tiles", defaults.chunk_tiles), "chunk_tiles",
+                                1, 1024)
     chip = options.get("chip", defaults.chip)
     if not isinstance(chip, str) or chip not in CHIP_PTX:
         raise OptionError(f"unknown chip {chip!r}; choose one of {', '.join(CHIP_PTX)}")
@@ -90,4 +100,5 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if isinstance(opt_level, bool) or opt_level not in (0, 1, 2, 3):
         raise OptionError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     return Options(strategy=strategy, target=target, block_size=block_size,
-                   elements_per_thread=ept, chip=chip, dtype=dtype, opt_level=opt_level)
+                   elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
+                   opt_level=opt_level)

@@ -4,6 +4,13 @@
 dialect), the manifest ``args`` of the compile and the arrays in the canonical contiguous layout
 (:func:`explorer.runtime.shapes.marshal`), allocates the outputs and returns them by name:
 ``(C, N, L)`` for lane-wide states, ``(C, L)`` otherwise. Missing initial states are zero.
+Workspace arguments (``role: "workspace"``) are allocated as the GPU runtime does:
+``C * N * ceil(L / time_chunk) * per_chunk`` zero-initialised floats.
+
+``launch_cpu_kernels`` is the reference launcher of the manifest: it calls the host version of
+every kernel (``<kernel>_grid``) in list order with the grid the runtime would use, so the
+geometry rules (``sequences_per_block``, ``time_chunk``, ``launch_when_longer_than``) and the
+workspaces are exercised on the host exactly as on the GPU.
 
 Compiled engines are kept (a few, least recently used dropped) so that running the same module
 again does not recompile it.
@@ -21,7 +28,8 @@ from typing import Any
 import numpy as np
 
 _CIFACE = "_mlir_ciface_"
-_ENGINES: OrderedDict[str, tuple[Any, Any, Any, str]] = OrderedDict()
+_GRID_SUFFIX = "_grid"
+_ENGINES: OrderedDict[str, tuple[Any, Any, Any, str | None]] = OrderedDict()
 _ENGINE_LIMIT = 8
 _LOCK = threading.Lock()
 
@@ -30,30 +38,52 @@ def _engine(text: str, entry: str | None, opt_level: int) -> tuple[Any, str]:
     from mlir.execution_engine import ExecutionEngine
     from mlir.ir import Context, Location, Module
 
-    key = hashlib.sha256(f"{opt_level}\0{entry}\0{text}".encode()).hexdigest()
+    key = hashlib.sha256(f"{opt_level}\0{text}".encode()).hexdigest()
     with _LOCK:
         hit = _ENGINES.get(key)
         if hit is not None:
             _ENGINES.move_to_end(key)
-            return hit[2], hit[3]
+            found = entry or hit[3]
+            if found is None:
+                raise ValueError("the module has several C-interface entry points: name one")
+            return hit[2], found
     ctx = Context()
     with ctx, Location.unknown():
         module = Module.parse(text)
-        if entry is None:
-            entries = [str(op.attributes["sym_name"]).strip('"')[len(_CIFACE):]
-                       for op in module.body.operations
-                       if op.operation.name == "llvm.func"
-                       and str(op.attributes["sym_name"]).strip('"').startswith(_CIFACE)]
-            if len(entries) != 1:
-                raise ValueError(f"expected one C-interface entry point in the module, found "
-                                 f"{entries or 'none'}")
-            entry = entries[0]
+        names = [str(op.attributes["sym_name"]).strip('"') for op in module.body.operations
+                 if op.operation.name == "llvm.func"]
+        # the entry: a C-interface function that is not a kernel's host grid loop
+        entries = [n[len(_CIFACE):] for n in names
+                   if n.startswith(_CIFACE) and not n.endswith(_GRID_SUFFIX)]
+        if entry is None and len(entries) != 1:
+            raise ValueError(f"expected one C-interface entry point in the module, found "
+                             f"{entries or 'none'}")
+        default = entries[0] if len(entries) == 1 else None
         engine = ExecutionEngine(module, opt_level=opt_level)
     with _LOCK:
-        _ENGINES[key] = (ctx, module, engine, entry)
+        _ENGINES[key] = (ctx, module, engine, default)
         while len(_ENGINES) > _ENGINE_LIMIT:
             _ENGINES.popitem(last=False)
-    return engine, entry
+    chosen = entry or default
+    if chosen is None:
+        raise ValueError("the module has no C-interface entry point")
+    return engine, chosen
+
+
+def workspace_size(arg: Mapping[str, Any], C: int, N: int, L: int) -> int:
+    """Floats of a workspace argument: ``C * N * ceil(L / time_chunk) * per_chunk``."""
+    return C * N * -(-L // int(arg["time_chunk"])) * int(arg["per_chunk"])
+
+
+def grid_x(kernel: Mapping[str, Any], C: int, N: int, L: int) -> int:
+    """The manifest's launch rule; 0 when the kernel is not launched for this L."""
+    longer = kernel.get("launch_when_longer_than")
+    if longer is not None and L <= int(longer):
+        return 0
+    blocks = -(-(C * N) // int(kernel.get("sequences_per_block", 1)))
+    if kernel.get("time_chunk") is not None:
+        blocks *= -(-L // int(kernel["time_chunk"]))
+    return blocks
 
 
 def _size(arg: Mapping[str, Any], C: int, N: int, L: int) -> tuple[int, ...]:
@@ -65,9 +95,36 @@ def run_cpu(final_module_text: str, args: Sequence[Mapping[str, Any]],
             arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
             entry: str | None = None, opt_level: int = 2) -> dict[str, np.ndarray]:
     """Run the lowered host module on the arrays; return the outputs by name."""
+    engine, entry = _engine(final_module_text, entry, opt_level)
+    keep, packed, outputs = _pack(args, arrays_by_name, C, N, L)
+    engine.invoke(entry, *packed)
+    return outputs
+
+
+def launch_cpu_kernels(final_module_text: str, kernels: Sequence[Mapping[str, Any]],
+                       arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
+                       opt_level: int = 2) -> dict[str, np.ndarray]:
+    """Launch the host version of each kernel of the manifest, in order, like the GPU runtime
+    (every kernel takes the full argument list; workspaces are shared by all of them)."""
+    args = kernels[0]["args"]
+    keep, packed, outputs = _pack(args, arrays_by_name, C, N, L)
+    for k in kernels:
+        if list(k["args"]) != list(args):
+            raise ValueError(f"kernel {k['name']} has an argument list of its own")
+        grid = grid_x(k, C, N, L)
+        if grid == 0 or C * N == 0 or L == 0:
+            continue
+        engine, entry = _engine(final_module_text, k["name"] + _GRID_SUFFIX, opt_level)
+        g = ctypes.c_int64(grid)
+        keep.append(g)
+        engine.invoke(entry, *packed, ctypes.pointer(g))
+    return outputs
+
+
+def _pack(args: Sequence[Mapping[str, Any]], arrays_by_name: Mapping[str, Any], C: int, N: int,
+          L: int) -> tuple[list[Any], list[Any], dict[str, np.ndarray]]:
     from mlir.runtime import get_ranked_memref_descriptor
 
-    engine, entry = _engine(final_module_text, entry, opt_level)
     keep: list[Any] = []        # arrays and descriptors alive until the call returns
     packed: list[Any] = []
     outputs: dict[str, np.ndarray] = {}
@@ -79,8 +136,11 @@ def run_cpu(final_module_text: str, args: Sequence[Mapping[str, Any]],
             keep.append(value)
             packed.append(ctypes.pointer(value))
             continue
-        shape = _size(a, C, N, L)
-        if role == "output":
+        shape = ((workspace_size(a, C, N, L),) if role == "workspace"
+                 else _size(a, C, N, L))
+        if role == "workspace":
+            arr = np.zeros(shape, dtype=np.float32)
+        elif role == "output":
             arr = np.empty(shape, dtype=np.float32)
             outputs[name] = arr
         elif role == "h0" and name not in arrays_by_name:
@@ -95,5 +155,4 @@ def run_cpu(final_module_text: str, args: Sequence[Mapping[str, Any]],
         desc = get_ranked_memref_descriptor(flat)
         keep += [arr, flat, desc]
         packed.append(ctypes.pointer(ctypes.pointer(desc)))
-    engine.invoke(entry, *packed)
-    return outputs
+    return keep, packed, outputs

@@ -11,7 +11,13 @@ from contextlib import contextmanager
 import pytest
 
 from explorer.codegen import build_module, lower, validate
-from explorer.codegen.ptxas import find_tool, parse_ptxas_output, ptxas_info, sass
+from explorer.codegen.ptxas import (
+    find_tool,
+    parse_ptxas_output,
+    ptxas_info,
+    ptxas_report,
+    sass,
+)
 from explorer.errors import CompileError, OptionError
 from explorer.frontend import Recurrence
 from explorer.passes.affine import decompose
@@ -58,6 +64,7 @@ def test_defaults() -> None:
     o = validate("blelloch", "cuda")
     assert (o.block_size, o.elements_per_thread, o.chip, o.dtype) == (256, 4, "sm_90", "float32")
     assert o.tile == 1024 and o.ptx_features == "+ptx78"
+    assert o.chunk_tiles == 16 and o.time_chunk == 16 * 1024
 
 
 @pytest.mark.parametrize(("kwargs", "words"), [
@@ -69,6 +76,8 @@ def test_defaults() -> None:
     ({"block_size": 256.0}, "block_size"),
     ({"elements_per_thread": 3}, "elements_per_thread"),
     ({"elements_per_thread": 32}, "elements_per_thread"),
+    ({"chunk_tiles": 3}, "chunk_tiles"),
+    ({"chunk_tiles": 0}, "chunk_tiles"),
     ({"chip": "sm_91x"}, "chip"),
     ({"chip": 90}, "chip"),
     ({"dtype": "float64"}, "dtype"),
@@ -91,39 +100,74 @@ def test_blelloch_cuda_ir() -> None:
     built = build_module(form_of(SCALAR), validate("blelloch", "cuda"))
     t = built.text
     check_order(t, "gpu.container_module", "gpu.module @scanweaver_kernels",
+                "gpu.func @scanweaver_blelloch_reduce(", "workgroup(", "kernel",
+                "gpu.func @scanweaver_blelloch_carry(", "workgroup(",
                 "gpu.func @scanweaver_blelloch(", "workgroup(", "kernel",
                 "scf.for",           # tiles
-                "gpu.barrier",       # after the loads
-                "scf.for",           # up-sweep levels
+                "gpu.barrier",       # after the tile is staged
+                "gpu.barrier",       # after the per-thread aggregates
+                "arith.cmpi slt",    # a level of the tree: only the threads with a pair
                 "gpu.barrier",
-                "gpu.barrier",       # root cleared
-                "scf.for",           # down-sweep levels
                 "gpu.return",
-                "func.func @scanweaver_launch", "gpu.launch_func")
-    assert "memref<1024xf32, #gpu.address_space<workgroup>>" in t
+                "func.func @scanweaver_launch", "scf.if", "gpu.launch_func")
+    # tile of 1024 staged (padded to 1056) for a and b; 256 aggregates (+8 pad, +1 total)
+    assert "memref<1056xf32, #gpu.address_space<workgroup>>" in t
+    assert "memref<265xf32, #gpu.address_space<workgroup>>" in t
     assert built.sequences_per_block == 1 and built.block == (256, 1, 1)
-    assert built.static_shared_bytes == 1024 * 2 * 4 and built.shared_bytes == 0
-    assert [a["name"] for a in built.args] == ["a", "b", "h0", "h", "C", "N", "L"]
+    assert built.static_shared_bytes == (2 * 1056 + 2 * 265) * 4 and built.shared_bytes == 0
+    assert [a["name"] for a in built.args] == ["a", "b", "h0", "h", "C", "N", "L",
+                                               "chunk_aggregates", "chunk_carries"]
     assert [a["role"] for a in built.args] == ["input", "input", "h0", "output", "size", "size",
-                                               "size"]
+                                               "size", "workspace", "workspace"]
+    assert [(a["per_chunk"], a["time_chunk"]) for a in built.args[-2:]] == [(2, 16384),
+                                                                            (1, 16384)]
+    assert [k.manifest() for k in built.kernels] == [
+        {"name": "scanweaver_blelloch_reduce", "block": [256, 1, 1], "sequences_per_block": 1,
+         "shared_bytes": 0, "time_chunk": 16384, "launch_when_longer_than": 16384},
+        {"name": "scanweaver_blelloch_carry", "block": [256, 1, 1], "sequences_per_block": 1,
+         "shared_bytes": 0, "launch_when_longer_than": 16384},
+        {"name": "scanweaver_blelloch", "block": [256, 1, 1], "sequences_per_block": 1,
+         "shared_bytes": 0, "time_chunk": 16384}]
 
 
 def test_sequential_cuda_ir() -> None:
     built = build_module(form_of(SCALAR), validate("sequential", "cuda", block_size=128))
-    assert "gpu.barrier" not in built.text
-    check_order(built.text, "gpu.func @scanweaver_sequential(", "gpu.thread_id  x",
-                "gpu.block_id  x", "scf.if", "scf.for", "arith.mulf", "arith.addf",
-                "memref.store")
+    t = built.text
+    assert "gpu.barrier" not in t          # warps own their tiles: warp syncs only
+    check_order(t, "gpu.func @scanweaver_sequential(", "gpu.dynamic_shared_memory",
+                "memref.view", "gpu.thread_id  x", "gpu.block_id  x",
+                "scf.for",                       # full tiles of 32 steps
+                "memref.load", "memref.store",  # staged in
+                "nvvm.bar.warp.sync",
+                "arith.mulf", "arith.addf",      # the walk
+                "nvvm.bar.warp.sync",
+                "scf.if",                        # the ragged tail tile
+                "gpu.return")
+    assert "loop_annotation" in t            # the batch loop stays rolled
     assert built.sequences_per_block == 128
+    # 4 warps x 2 buffers (a, b; h written over a) x 32 rows x 33 floats
+    assert built.shared_bytes == 4 * 2 * 32 * 33 * 4
+    assert [a["role"] for a in built.args][-1] == "size"     # no workspace
+
+
+def test_sequential_vector_stages_channel_inputs_once() -> None:
+    from explorer.codegen.kernels import seq_layout
+
+    lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda"))
+    assert lay.inputs == ("dt", "B", "x")
+    assert lay.private == (False, True, False)      # dt, x by channel; B by lane
+    assert lay.out_buffer == (1,) and lay.buffers == 3
 
 
 def test_mamba_ir_has_readout_kernel() -> None:
     built = build_module(form_of(MAMBA), validate("blelloch", "cuda"))
-    assert [k.name for k in built.kernels] == ["scanweaver_blelloch", "scanweaver_readout"]
-    assert [k.sequences_per_block for k in built.kernels] == [1, 1]
+    assert [k.name for k in built.kernels] == ["scanweaver_blelloch_reduce",
+                                               "scanweaver_blelloch_carry",
+                                               "scanweaver_blelloch", "scanweaver_readout"]
+    assert [k.sequences_per_block for k in built.kernels] == [1, 1, 1, 1]
     assert "math.exp" in built.text
     check_order(built.text, "gpu.func @scanweaver_readout(", "scf.for", "scf.for", "arith.mulf")
-    lane = {a["name"]: a["lane"] for a in built.args if a["role"] != "size"}
+    lane = {a["name"]: a["lane"] for a in built.args if a["role"] not in ("size", "workspace")}
     assert lane == {"dt": False, "B": True, "x": False, "C": True, "A": True, "D": False,
                     "h0": True, "h": True, "y": False}
 
@@ -131,8 +175,30 @@ def test_mamba_ir_has_readout_kernel() -> None:
 def test_cpu_ir_is_host_code() -> None:
     built = build_module(form_of(COMPANION), validate("blelloch", "cpu"))
     assert "gpu." not in built.text
-    check_order(built.text, "func.func @scanweaver_blelloch(", "llvm.emit_c_interface",
-                "memref.alloc", "scf.for")
+    check_order(built.text, "func.func @scanweaver_blelloch_reduce_grid(",
+                "llvm.emit_c_interface", "memref.alloc", "scf.for",
+                "func.func @scanweaver_blelloch_grid(",
+                "func.func @scanweaver_blelloch(", "llvm.emit_c_interface",
+                "call @scanweaver_blelloch_reduce_grid", "call @scanweaver_blelloch_carry_grid",
+                "call @scanweaver_blelloch_grid")
+
+
+def test_kernel_grid_rule() -> None:
+    from explorer.codegen.kernels import kernel_specs
+    from explorer.runtime.cpu import grid_x
+
+    o = validate("blelloch", "cuda", block_size=32, elements_per_thread=2, chunk_tiles=4)
+    reduce, carry, scan = kernel_specs(form_of(SCALAR), o)
+    assert o.time_chunk == 256
+    for C, N, L in [(3, 1, 1), (3, 2, 256), (3, 2, 257), (1, 1, 10_000)]:
+        chunks = -(-L // 256)
+        assert scan.grid(C, N, L) == C * N * chunks
+        assert reduce.grid(C, N, L) == (C * N * chunks if L > 256 else 0)
+        assert carry.grid(C, N, L) == (C * N if L > 256 else 0)
+        for k in (reduce, carry, scan):
+            assert grid_x(k.manifest(), C, N, L) == k.grid(C, N, L)
+    seq = kernel_specs(form_of(SCALAR), validate("sequential", "cuda", block_size=64))[0]
+    assert seq.grid(130, 1, 5) == 3 and seq.time_chunk is None
 
 
 # -- pipeline -----------------------------------------------------------------------------------
@@ -205,7 +271,12 @@ def test_ptxas_accepts(text: str, strategy: str) -> None:
     assert info["spills_stores"] == 0 and info["spills_loads"] == 0
     if strategy == "blelloch":
         width = 2 if text != COMPANION else 6     # companion: 4 matrix entries + 2 of b
-        assert info["shared_bytes"] == 128 * 4 * width * 4
+        staged = {SCALAR: 2, MAMBA: 3, COMPANION: 3}[text]
+        assert info["shared_bytes"] == (staged * (512 + 16) + width * (128 + 4 + 1)) * 4
+    report = ptxas_report(lowered.ptx, o.chip)
+    assert report is not None and len(report) >= 1
+    for name, kernel in report.items():   # every kernel, not only the main one
+        assert kernel["spills_stores"] == 0 and kernel["spills_loads"] == 0, name
     assert sass(lowered.ptx, o.chip) is None or "scanweaver" in str(sass(lowered.ptx, o.chip))
 
 

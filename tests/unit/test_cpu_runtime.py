@@ -20,7 +20,7 @@ import pytest
 from explorer.codegen import build_module, lower, validate
 from explorer.frontend import Recurrence
 from explorer.passes.affine import decompose
-from explorer.runtime.cpu import run_cpu
+from explorer.runtime.cpu import grid_x, launch_cpu_kernels, run_cpu, workspace_size
 
 SCALAR = "h[t] = a[t] * h[t-1] + b[t]"
 MAMBA = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
@@ -36,17 +36,32 @@ RTOL = 1e-4
 
 
 @cache
-def compiled(text: str, strategy: str, block_size: int = 64, ept: int = 4
-             ) -> tuple[str, list[dict[str, Any]]]:
-    o = validate(strategy, "cpu", block_size=block_size, elements_per_thread=ept)
+def built_for(text: str, strategy: str, block_size: int = 64, ept: int = 4,
+              chunk_tiles: int = 16) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    o = validate(strategy, "cpu", block_size=block_size, elements_per_thread=ept,
+                 chunk_tiles=chunk_tiles)
     built = build_module(decompose(Recurrence.parse(text)), o)
-    return lower(built, o).final_module, built.args
+    kernels = [dict(k.manifest(), args=built.args) for k in built.kernels]
+    return lower(built, o).final_module, built.args, kernels
+
+
+def compiled(text: str, strategy: str, block_size: int = 64, ept: int = 4,
+             chunk_tiles: int = 16) -> tuple[str, list[dict[str, Any]]]:
+    module, args, _ = built_for(text, strategy, block_size, ept, chunk_tiles)
+    return module, args
 
 
 def run(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int, L: int,
         **kw: int) -> dict[str, np.ndarray]:
     module, args = compiled(text, strategy, **kw)
     return run_cpu(module, args, arrays, C, N, L)
+
+
+def launched(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int, L: int,
+             **kw: int) -> dict[str, np.ndarray]:
+    """The kernels launched one by one from the manifest (the reference launcher)."""
+    module, _, kernels = built_for(text, strategy, **kw)
+    return launch_cpu_kernels(module, kernels, arrays, C, N, L)
 
 
 def close(out: np.ndarray, ref: np.ndarray) -> None:
@@ -178,3 +193,74 @@ def test_wrong_array_size_is_refused() -> None:
     with pytest.raises(ValueError, match="expected shape"):
         run_cpu(module, args, {"a": np.zeros((2, 5), np.float32),
                                "b": np.zeros((2, 4), np.float32)}, 2, 1, 5)
+
+
+# -- the manifest's launch rules, run kernel by kernel on the host --------------------------------
+def mamba_inputs(rng: np.random.Generator, C: int, N: int, L: int) -> dict[str, np.ndarray]:
+    return {"dt": f32(rng, (C, L), 0.01, 0.2), "x": f32(rng, (C, L)), "B": f32(rng, (C, N, L)),
+            "C": f32(rng, (C, N, L)), "A": f32(rng, (C, N), -2.0, -0.1), "D": f32(rng, (C,)),
+            "h0": f32(rng, (C, N))}
+
+
+def mamba_ref(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    d, xx = v["dt"].astype(np.float64)[:, None, :], v["x"].astype(np.float64)[:, None, :]
+    a = np.exp(d * v["A"].astype(np.float64)[..., None])
+    h = ref_scalar(a, d * v["B"] * xx, v["h0"])
+    y = (v["C"] * h).sum(axis=1) + v["D"][:, None].astype(np.float64) * v["x"]
+    return h, y
+
+
+@pytest.mark.parametrize("L", LENGTHS)
+def test_chunked_blelloch_through_the_manifest(L: int) -> None:
+    # tiles of 32 x 2 and chunks of one tile: every L > 64 crosses chunk boundaries, ragged
+    kw = {"block_size": 32, "ept": 2, "chunk_tiles": 1}
+    rng = np.random.default_rng(L + 5)
+    C = channels(L)
+    a, b, h0 = f32(rng, (C, L), 0.5, 1.0), f32(rng, (C, L)), f32(rng, (C,))
+    ref = ref_scalar(a.astype(np.float64), b.astype(np.float64), h0)
+    close(launched(SCALAR, "blelloch", {"a": a, "b": b, "h0": h0}, C, 1, L, **kw)["h"], ref)
+    close(run(SCALAR, "blelloch", {"a": a, "b": b, "h0": h0}, C, 1, L, **kw)["h"], ref)
+    if L <= 1000:
+        N = 3
+        v = mamba_inputs(rng, C, N, L)
+        out = launched(MAMBA, "blelloch", v, C, N, L, **kw)
+        h, y = mamba_ref(v)
+        close(out["h"], h)
+        close(out["y"], y)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(("C", "N", "L"), [(13, 5, 77), (3, 40, 40), (70, 1, 33)])
+def test_lane_tiles_across_channels(strategy: str, C: int, N: int, L: int) -> None:
+    # sequences of one warp tile span several channels (and a channel spans warps)
+    rng = np.random.default_rng(C * N + L)
+    v = mamba_inputs(rng, C, N, L)
+    out = launched(MAMBA, strategy, v, C, N, L, block_size=64, ept=1, chunk_tiles=1)
+    h, y = mamba_ref(v)
+    close(out["h"], h)
+    close(out["y"], y)
+
+
+def test_companion_chunk_carries_every_lag() -> None:
+    rng = np.random.default_rng(3)
+    C, L = 3, 700
+    a, c, x, h0 = f32(rng, (C, L), 0.2, 0.6), f32(rng, (C, L), -0.3, 0.3), f32(rng, (C, L)), \
+        f32(rng, (C,))
+    out = launched(COMPANION, "blelloch", {"a": a, "c": c, "x": x, "h0": h0}, C, 1, L,
+                   block_size=32, ept=1, chunk_tiles=2)
+    h = np.empty((C, L))
+    h1, h2 = h0.astype(np.float64), np.zeros(C)
+    for t in range(L):
+        h1, h2 = a[:, t] * h1 + c[:, t] * h2 + x[:, t], h1
+        h[:, t] = h1
+    close(out["h"], h)
+
+
+def test_workspace_sizes_and_launch_rule() -> None:
+    _, args, kernels = built_for(SCALAR, "blelloch", 32, 2, 1)
+    ws = [a for a in args if a["role"] == "workspace"]
+    assert [a["name"] for a in ws] == ["chunk_aggregates", "chunk_carries"]
+    assert args[-3]["name"] == "L"                     # workspaces come after C, N, L
+    assert [workspace_size(a, 3, 2, 65) for a in ws] == [3 * 2 * 2 * 2, 3 * 2 * 2 * 1]
+    assert [grid_x(k, 3, 2, 64) for k in kernels] == [0, 0, 6]
+    assert [grid_x(k, 3, 2, 65) for k in kernels] == [12, 6, 12]

@@ -1,0 +1,311 @@
+"""Speed of the generated kernels against a device copy, launched straight from PTX.
+
+Two steps, so that the GPU machine needs only numpy + cupy:
+
+    python3 bench/kernel_speed.py compile .artifacts/kspeed     # here: MLIR -> PTX + manifest
+    python3 bench/kernel_speed.py run .artifacts/kspeed         # on the GPU machine
+
+``run`` follows each manifest exactly (kernels in list order, all with the full argument list;
+grid_x = ceil(C*N / sequences_per_block) [* ceil(L / time_chunk)]; a kernel with
+``launch_when_longer_than: X`` only when L > X; workspaces of C*N*ceil(L/T)*per_chunk zeroed
+floats; dynamic shared memory as given), checks every output against a float64 reference
+computed on the GPU, then times the launches with CUDA events against a device-to-device copy
+of the same bytes (12 per element for the scalar scan) and prints copy_time / kernel_time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCALAR = "h[t] = a[t] * h[t-1] + b[t]"
+MAMBA = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
+         "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]")
+COMPANION = "h[t] = a[t] * h[t-1] + c[t] * h[t-2] + x[t]"
+
+# (folder name, recurrence, strategy, options)
+VARIANTS: list[tuple[str, str, str, dict[str, int]]] = [
+    ("seq_b256", SCALAR, "sequential", {"block_size": 256}),
+    ("seq_b128", SCALAR, "sequential", {"block_size": 128}),
+    ("ble_b256_e4", SCALAR, "blelloch", {"block_size": 256, "elements_per_thread": 4}),
+    ("ble_b256_e8", SCALAR, "blelloch", {"block_size": 256, "elements_per_thread": 8}),
+    ("ble_b128_e8", SCALAR, "blelloch", {"block_size": 128, "elements_per_thread": 8}),
+    ("ble_b512_e8", SCALAR, "blelloch", {"block_size": 512, "elements_per_thread": 8}),
+    ("ble_b256_e4_ct4", SCALAR, "blelloch", {"block_size": 256, "elements_per_thread": 4,
+                                             "chunk_tiles": 4}),
+    ("mamba_seq", MAMBA, "sequential", {"block_size": 256}),
+    ("mamba_ble", MAMBA, "blelloch", {"block_size": 256, "elements_per_thread": 4}),
+    ("comp_seq", COMPANION, "sequential", {"block_size": 256}),
+    ("comp_ble", COMPANION, "blelloch", {"block_size": 256, "elements_per_thread": 4,
+                                         "chunk_tiles": 2}),
+]
+
+SIZES = [(4096, 1024), (16, 2**20), (131072, 2048), (1, 2**26)]
+
+
+# -- compile (needs MLIR) ----------------------------------------------------------------------
+def compile_all(out: Path) -> None:
+    from explorer.codegen import build_module, lower, validate
+    from explorer.codegen.ptxas import ptxas_report
+    from explorer.frontend import Recurrence
+    from explorer.passes.affine import decompose
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text, strategy, opts in VARIANTS:
+        o = validate(strategy, "cuda", **opts)
+        form = decompose(Recurrence.parse(text))
+        built = build_module(form, o)
+        lowered = lower(built, o)
+        assert lowered.ptx is not None
+        folder = out / name
+        folder.mkdir(exist_ok=True)
+        (folder / "kernel.ptx").write_text(lowered.ptx)
+        manifest = {"recurrence": text, "strategy": strategy, "options": o.as_dict(),
+                    "kernels": [dict(k.manifest(), args=built.args) for k in built.kernels]}
+        (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        report = ptxas_report(lowered.ptx, o.chip) or {}
+        for k, v in sorted(report.items()):
+            print(f"{name:18s} {k:28s} regs {v['registers']:3d} spills "
+                  f"{v['spills_stores']}/{v['spills_loads']} smem {v['shared_bytes']}")
+
+
+# -- run (numpy + cupy only) -------------------------------------------------------------------
+REF_SOURCE = r"""
+extern "C" __global__ void ref_scalar(const float* a, const float* b, double* h,
+                                      long long C, long long L) {
+    long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s = 0.0;
+    for (long long t = 0; t < L; ++t) {
+        s = (double)a[c * L + t] * s + (double)b[c * L + t];
+        h[c * L + t] = s;
+    }
+}
+extern "C" __global__ void ref_companion(const float* a, const float* cc, const float* x,
+                                         double* h, long long C, long long L) {
+    long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double h1 = 0.0, h2 = 0.0;
+    for (long long t = 0; t < L; ++t) {
+        double n = (double)a[c * L + t] * h1 + (double)cc[c * L + t] * h2 + (double)x[c * L + t];
+        h2 = h1; h1 = n;
+        h[c * L + t] = n;
+    }
+}
+extern "C" __global__ void ref_mamba(const float* dt, const float* x, const float* B,
+                                     const float* Cm, const float* A, const float* D,
+                                     double* h, double* y, long long C, long long N,
+                                     long long L) {
+    long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (long long n = 0; n < N; ++n) {
+        double s = 0.0;
+        for (long long t = 0; t < L; ++t) {
+            double d = dt[c * L + t];
+            s = exp(d * (double)A[c * N + n]) * s + d * (double)B[(c * N + n) * L + t]
+                * (double)x[c * L + t];
+            h[(c * N + n) * L + t] = s;
+        }
+    }
+    for (long long t = 0; t < L; ++t) {
+        double acc = (double)D[c] * (double)x[c * L + t];
+        for (long long n = 0; n < N; ++n)
+            acc += (double)Cm[(c * N + n) * L + t] * h[(c * N + n) * L + t];
+        y[c * L + t] = acc;
+    }
+}
+"""
+
+
+class Runner:
+    """One artifact on the device: launches its kernels the way the manifest says."""
+
+    def __init__(self, folder: Path) -> None:
+        import cupy as cp
+
+        self.manifest = json.loads((folder / "manifest.json").read_text())
+        self.module = cp.RawModule(path=str(folder / "kernel.ptx"))
+        self.kernels = []
+        for k in self.manifest["kernels"]:
+            fn = self.module.get_function(k["name"])
+            if k["shared_bytes"] > 48 * 1024:
+                fn.max_dynamic_shared_size_bytes = k["shared_bytes"]
+            self.kernels.append((k, fn))
+
+    def bind(self, arrays: dict[str, Any], C: int, N: int, L: int) -> tuple[list[Any],
+                                                                            dict[str, Any]]:
+        import cupy as cp
+
+        args: list[Any] = []
+        outputs: dict[str, Any] = {}
+        sizes = {"C": np.int64(C), "N": np.int64(N), "L": np.int64(L)}
+        for a in self.manifest["kernels"][0]["args"]:
+            role = a["role"]
+            if role == "size":
+                args.append(sizes[a["name"]])
+            elif role == "workspace":
+                n = C * N * -(-L // a["time_chunk"]) * a["per_chunk"]
+                args.append(cp.zeros(n, dtype=cp.float32))
+            elif role == "output":
+                shape = (C, N, L) if a["lane"] else (C, L)
+                outputs[a["name"]] = cp.full(shape, np.nan, dtype=cp.float32)
+                args.append(outputs[a["name"]])
+            elif role == "h0":
+                args.append(cp.zeros((C, N) if a["lane"] else (C,), dtype=cp.float32))
+            else:
+                args.append(arrays[a["name"]])
+        return args, outputs
+
+    def launches(self, C: int, N: int, L: int) -> list[tuple[Any, Any, int]]:
+        out = []
+        for k, fn in self.kernels:
+            longer = k.get("launch_when_longer_than")
+            if longer is not None and L <= longer:
+                continue
+            grid = -(-(C * N) // k["sequences_per_block"])
+            if k.get("time_chunk") is not None:
+                grid *= -(-L // k["time_chunk"])
+            out.append((k, fn, grid))
+        return out
+
+    def launch(self, plan: list[tuple[Any, Any, int]], args: list[Any]) -> None:
+        for k, fn, grid in plan:
+            fn((grid,), tuple(k["block"]), tuple(args), shared_mem=k["shared_bytes"])
+
+
+def _time(fn: Any, reps: int) -> float:
+    """Median milliseconds of ``fn()`` over ``reps`` launches (CUDA events, after a warm-up)."""
+    import cupy as cp
+
+    fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(reps):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def _reps(ms_guess: float) -> int:
+    return int(max(3, min(50, 300.0 / max(ms_guess, 1e-3))))
+
+
+def _copy_ms(nbytes: int) -> float:
+    import cupy as cp
+
+    n = nbytes // 2
+    src = cp.ones(n, dtype=cp.uint8)
+    dst = cp.empty(n, dtype=cp.uint8)
+    return _time(lambda: dst.data.copy_from_device_async(src.data, n), 50)
+
+
+def rel_err(out: Any, ref: Any) -> float:
+    import cupy as cp
+
+    scale = cp.max(cp.abs(ref), axis=-1, keepdims=True) + 1e-30
+    return float(cp.max(cp.abs(out.astype(cp.float64) - ref) / scale))
+
+
+def run_all(folder: Path) -> None:
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    print(f"GPU: {props['name'].decode()}  (CUDA runtime {cp.cuda.runtime.runtimeGetVersion()})")
+    ref_mod = cp.RawModule(code=REF_SOURCE)
+    runners = {name: Runner(folder / name) for name, *_ in VARIANTS
+               if (folder / name / "manifest.json").exists()}
+    rng = cp.random.default_rng(0)
+    # scalar scan at the four sizes: correctness then speed
+    print(f"{'size':>14s} {'variant':18s} {'ms':>9s} {'copy ms':>8s} {'ratio':>6s} "
+          f"{'rel err':>8s}")
+    for C, L in SIZES:
+        a = rng.uniform(0.5, 1.0, (C, L), dtype=cp.float32)
+        b = rng.uniform(-1.0, 1.0, (C, L), dtype=cp.float32)
+        ref = cp.empty((C, L), dtype=cp.float64)
+        ref_mod.get_function("ref_scalar")(((C + 127) // 128,), (128,),
+                                           (a, b, ref, np.int64(C), np.int64(L)))
+        copy = _copy_ms(12 * C * L)
+        for name, r in runners.items():
+            if r.manifest["recurrence"] != SCALAR:
+                continue
+            args, outs = r.bind({"a": a, "b": b}, C, 1, L)
+            plan = r.launches(C, 1, L)
+            t0 = time.perf_counter()
+            r.launch(plan, args)
+            cp.cuda.Device().synchronize()
+            guess = (time.perf_counter() - t0) * 1e3
+            err = rel_err(outs["h"], ref)
+            if not err < 1e-4:
+                print(f"{C:>6d}x{L:<7d} {name:18s} WRONG: rel err {err:.3g}")
+                continue
+            ms = _time(lambda r=r, plan=plan, args=args: r.launch(plan, args), _reps(guess))
+            print(f"{C:>6d}x{L:<7d} {name:18s} {ms:9.4f} {copy:8.4f} {copy / ms:6.3f} "
+                  f"{err:8.1e}", flush=True)
+            del args, outs
+        del a, b, ref
+        cp.get_default_memory_pool().free_all_blocks()
+    # other recurrences: correctness (and speed, bytes counted per kernel's own traffic)
+    for C, N, L in [(64, 16, 4096), (4, 16, 2**18)]:
+        dt = rng.uniform(0.01, 0.2, (C, L), dtype=cp.float32)
+        x = rng.uniform(-1, 1, (C, L), dtype=cp.float32)
+        B = rng.uniform(-1, 1, (C, N, L), dtype=cp.float32)
+        Cm = rng.uniform(-1, 1, (C, N, L), dtype=cp.float32)
+        A = rng.uniform(-2, -0.1, (C, N), dtype=cp.float32)
+        D = rng.uniform(-1, 1, (C,), dtype=cp.float32)
+        h = cp.empty((C, N, L), dtype=cp.float64)
+        y = cp.empty((C, L), dtype=cp.float64)
+        ref_mod.get_function("ref_mamba")(((C + 31) // 32,), (32,), (
+            dt, x, B, Cm, A, D, h, y, np.int64(C), np.int64(N), np.int64(L)))
+        nbytes = 4 * (C * L * 3 + C * N * L * 3)     # dt, x, y; B, C, h
+        copy = _copy_ms(nbytes)
+        for name in ("mamba_seq", "mamba_ble"):
+            if name not in runners:
+                continue
+            r = runners[name]
+            args, outs = r.bind({"dt": dt, "x": x, "B": B, "C": Cm, "A": A, "D": D}, C, N, L)
+            plan = r.launches(C, N, L)
+            r.launch(plan, args)
+            cp.cuda.Device().synchronize()
+            eh, ey = rel_err(outs["h"], h), rel_err(outs["y"], y)
+            ok = eh < 1e-4 and ey < 1e-4
+            ms = _time(lambda r=r, plan=plan, args=args: r.launch(plan, args), 20) if ok else 0
+            print(f"mamba {C}x{N}x{L} {name:12s} h err {eh:.1e} y err {ey:.1e} "
+                  + (f"{ms:.4f} ms, ratio to copy of its bytes {copy / ms:.3f}" if ok
+                     else "WRONG"), flush=True)
+    for C, L in [(4096, 1024), (2, 2**20)]:
+        a = rng.uniform(0.2, 0.6, (C, L), dtype=cp.float32)
+        c = rng.uniform(-0.3, 0.3, (C, L), dtype=cp.float32)
+        x = rng.uniform(-1, 1, (C, L), dtype=cp.float32)
+        ref = cp.empty((C, L), dtype=cp.float64)
+        ref_mod.get_function("ref_companion")(((C + 127) // 128,), (128,), (
+            a, c, x, ref, np.int64(C), np.int64(L)))
+        copy = _copy_ms(16 * C * L)
+        for name in ("comp_seq", "comp_ble"):
+            if name not in runners:
+                continue
+            r = runners[name]
+            args, outs = r.bind({"a": a, "c": c, "x": x}, C, 1, L)
+            plan = r.launches(C, 1, L)
+            r.launch(plan, args)
+            cp.cuda.Device().synchronize()
+            err = rel_err(outs["h"], ref)
+            ok = err < 1e-4
+            ms = _time(lambda r=r, plan=plan, args=args: r.launch(plan, args), 20) if ok else 0
+            print(f"companion {C}x{L} {name:10s} err {err:.1e} "
+                  + (f"{ms:.4f} ms, ratio to copy of its bytes {copy / ms:.3f}" if ok
+                     else "WRONG"), flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("compile", "run"):
+        sys.exit("usage: kernel_speed.py compile|run FOLDER")
+    (compile_all if sys.argv[1] == "compile" else run_all)(Path(sys.argv[2]))
