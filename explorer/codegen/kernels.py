@@ -41,7 +41,8 @@ Readouts ``y[t] = f(state, inputs)`` are computed with the state in the scan ker
 recurrence has no lane axis. With a lane axis (``sum(C[t, n] * h[t, n])``) a readout needs all
 ``N`` lanes of a channel, which live in different threads or blocks: a last kernel
 (``<prefix>_readout``) reads the states back and reduces over the lanes (grid
-``ceil(C * N / 1)``: block ``c * N + k`` owns channel ``c``, time chunk ``k`` of ``ceil(L / N)``).
+``C * N * ceil(L / time_chunk)``: ``N * ceil(L / time_chunk)`` blocks per channel, each owning
+an equal range of time steps, threads along time).
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ KERNEL_PREFIX = "scanweaver"
 WARP = 32
 #: rows of a sequential tile loaded before they are stored (loads in flight per thread)
 LOAD_BATCH = 8
+#: the readout kernel's time_chunk, in blocks of threads: with N lanes a block covers about
+#: READOUT_CHUNK_TILES * block_size / N steps
+READOUT_CHUNK_TILES = 16
 #: the host functions of the CPU target that emulate one kernel's grid end with this
 GRID_SUFFIX = "_grid"
 
@@ -850,10 +854,14 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
 
 
 def readout_block(gen: Gen, th: Threads, bid: Value) -> None:
-    """Block ``c * N + k`` of the readout kernel: channel c, time chunk k of ceil(L / N)."""
-    c = arith.divui(bid, gen.N)
-    k = arith.remui(bid, gen.N)
-    chunk = ceil_div(gen.L, gen.N)
+    """A block of the readout kernel. Its grid is ``C * N * ceil(L / time_chunk)`` blocks:
+    ``N * ceil(L / time_chunk)`` per channel, block ``k`` of channel ``c`` owning the k-th
+    of as many equal time ranges (threads along time: coalesced)."""
+    nch = ceil_div(gen.L, ci(READOUT_CHUNK_TILES * th.bs))
+    per_channel = mul_i(gen.N, nch)
+    c = arith.divui(bid, per_channel)
+    k = arith.remui(bid, per_channel)
+    chunk = ceil_div(gen.L, per_channel)
     t0 = mul_i(k, chunk)
     t1 = arith.minui(gen.L, add_i(t0, chunk))
 
@@ -910,7 +918,8 @@ def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
                 time_chunk=None if role == "carry" else Tc,
                 launch_when_longer_than=None if role == "scan" else Tc))
     if form.vector and form.readouts:
-        out.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", block, 1))
+        out.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", block, 1,
+                              time_chunk=READOUT_CHUNK_TILES * bs))
     return out
 
 

@@ -37,9 +37,10 @@ class Options:
 
     strategy: str = "blelloch"
     target: str = "cuda"
-    block_size: int = 256
-    elements_per_thread: int = 4
-    chunk_tiles: int = 16
+    # measured best on an H200 for both strategies (bench/kernel_speed.py)
+    block_size: int = 128
+    elements_per_thread: int = 8
+    chunk_tiles: int = 8
     chip: str = "sm_90"
     dtype: str = "float32"
     opt_level: int = 3
