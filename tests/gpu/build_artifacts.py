@@ -2,10 +2,14 @@
 
     python tests/gpu/build_artifacts.py            # writes tests/gpu/artifacts/ (git-ignored)
 
-Then, on the GPU machine (which needs only NumPy, CuPy, and torch for the torch cases), with the
-folder copied beside the tests:
+Then, on the GPU machine (which needs only NumPy and CuPy; torch for the torch cases, sympy for
+the references of recurrences other than the affine scan), with the folder copied beside the
+tests:
 
     python -m pytest tests/gpu -q
+
+On a machine that cannot reach a package index, ``source tests/gpu/device_setup.sh`` first installs
+the benchmark's peers from wheels carried in ``.whl/`` and prints what is there.
 
 What is built:
 - ``abi-affine``, ``abi-selective``: hand-written CUDA kernels (``abi_kernels.cu``, compiled to
