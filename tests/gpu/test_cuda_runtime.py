@@ -120,9 +120,9 @@ def test_affine_initial_state_and_batch_broadcast(name: str) -> None:
 
 # --- other scalar recurrences and the selective scan (reference on the CPU) -------------------
 
-def _inputs(kernel: CudaKernel, C: int, L: int, N: int, seed: int) -> dict[str, np.ndarray]:
+def _inputs(kernel: CudaKernel, C: int, L: int, N: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, Any] = {}
     for s in kernel.specs:
         shape = (C,) + ((N,) if s.lane else ()) + ((L,) if s.timed else ())
         if s.name == "dt":
