@@ -274,17 +274,9 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     stages["affine"] = Stage("affine", form.as_text(), time.perf_counter() - t0)
 
     t0 = time.perf_counter()
-    tile = opts.block_size * opts.elements_per_thread
-    n = tile if opts.strategy == "blelloch" else opts.block_size
-    plan = make_plan(opts.strategy, n)
-    picture = make_plan(opts.strategy, min(PLAN_PICTURE_N, MAX_DOT_POSITIONS, n))
-    text = plan.as_text()
-    if opts.strategy == "blelloch":
-        text = (f"each block scans tiles of {tile} elements ({opts.block_size} threads x "
-                f"{opts.elements_per_thread}), carrying the running prefix between tiles\n\n"
-                + text)
-    else:
-        text = "one thread per sequence walks the time axis in order\n\n" + text
+    plan = _plan(opts.strategy, opts.block_size)
+    picture = make_plan(opts.strategy, min(PLAN_PICTURE_N, MAX_DOT_POSITIONS, plan.n))
+    text = _plan_text(opts) + "\n\n" + plan.as_text()
     stages["plan"] = Stage("plan", text, time.perf_counter() - t0, picture.to_dot())
 
     t0 = time.perf_counter()
@@ -312,6 +304,28 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
          "shared_bytes": built.shared_bytes, "args": built.args}]
     return Compiled(rec, form, plan, opts.strategy, opts.target, opt_dict, stages, passes,
                     kernels, lowered.final_module, lowered.ptx, lowered.llvm_ir, ptx_info, key)
+
+
+def _plan(strategy: str, block_size: int) -> ScanPlan:
+    """The plan the kernels run: Blelloch over a block's thread aggregates; the sequential
+    kernel's unit of work is a warp tile of 32 time steps."""
+    return make_plan(strategy, block_size if strategy == "blelloch" else 32)
+
+
+def _plan_text(opts: Any) -> str:
+    if opts.strategy == "blelloch":
+        E, B = opts.elements_per_thread, opts.block_size
+        return (
+            f"each block scans a chunk of time_chunk = {opts.time_chunk} steps "
+            f"({opts.chunk_tiles} tiles of {B} threads x {E} elements):\n"
+            f"  1. each thread composes its {E} consecutive elements sequentially in registers "
+            f"({E - 1} combines)\n"
+            f"  2. the Blelloch tree below runs over the {B} thread aggregates in shared memory\n"
+            f"  3. each thread applies its exclusive prefix to its {E} elements\n"
+            f"when L > {opts.time_chunk}: reduce (one aggregate per chunk) -> carry (one block per "
+            "sequence scans the aggregates) -> scan each chunk from its carry")
+    return ("each warp stages 32 sequences x 32 time steps through shared memory, coalesced "
+            "along time; one thread per sequence walks its row with the state in registers")
 
 
 # -- the cache ----------------------------------------------------------------------------------
@@ -370,9 +384,8 @@ def _from_disk(key: str, rec: Recurrence) -> Compiled | None:
         stages = OrderedDict((s["name"], Stage(**s)) for s in payload["stages"])
         passes = [PassRecord(**p) for p in payload["passes"]]
         opts = payload["options"]
-        tile = opts["block_size"] * opts["elements_per_thread"]
-        n = tile if payload["strategy"] == "blelloch" else opts["block_size"]
-        c = Compiled(rec, decompose(rec), make_plan(payload["strategy"], n), payload["strategy"],
+        plan = _plan(payload["strategy"], opts["block_size"])
+        c = Compiled(rec, decompose(rec), plan, payload["strategy"],
                      payload["target"], opts, stages, passes, payload["kernels"],
                      payload["final_module"], payload["ptx"], payload["llvm_ir"],
                      payload["ptx_info"], key, from_cache=True)
