@@ -162,6 +162,17 @@ class Compiled:
             "key": self.key,
         }
 
+    def dump(self, path: str | os.PathLike[str]) -> Path:
+        """Write every recorded stage, pass and kernel to one JSON file.
+
+        :func:`load_compiled` reads it back without MLIR: compile on one machine, explore and
+        run on another.
+        """
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(out, _entry(self))
+        return out
+
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the artifact (PTX + manifest.json) to the directory ``path``."""
         from explorer.runtime.artifact import write_artifact
@@ -254,10 +265,11 @@ def compile(rec: Recurrence | str, target: str = "cuda", strategy: str = "blello
 
 
 def _key(text: str, options: dict[str, Any]) -> str:
-    from explorer.codegen import tool_versions
+    from explorer.codegen import source_digest, tool_versions
 
     blob = json.dumps({"text": text, "options": options, "explorer": __version__,
-                       "tools": tool_versions()}, sort_keys=True, default=str)
+                       "source": source_digest(), "tools": tool_versions()}, sort_keys=True,
+                      default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -344,30 +356,70 @@ def _remember(c: Compiled) -> None:
             _MEMORY.popitem(last=False)
 
 
-def _payload(c: Compiled) -> dict[str, Any]:
-    return {
+def _entry(c: Compiled) -> dict[str, Any]:
+    """Everything a compile recorded, as JSON, with a checksum over it."""
+    payload = {
+        "recurrence": c.recurrence.text,
         "strategy": c.strategy, "target": c.target, "options": c.options,
         "stages": [asdict(s) for s in c.stages.values()],
         "passes": [asdict(p) for p in c.passes],
         "kernels": c.kernels, "final_module": c.final_module, "ptx": c.ptx,
         "llvm_ir": c.llvm_ir, "ptx_info": c.ptx_info,
     }
+    return {"format": "scanweaver-compiled/1", "key": c.key, "sha256": _digest(payload),
+            "payload": payload}
 
 
 def _digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def _from_entry(entry: dict[str, Any], rec: Recurrence | None = None) -> Compiled:
+    """Rebuild a :class:`Compiled` from :func:`_entry`'s JSON; ValueError when it is damaged."""
+    payload = entry["payload"]
+    if entry.get("sha256") != _digest(payload):
+        raise ValueError("the compiled record is damaged (checksum mismatch)")
+    if rec is None:
+        rec = Recurrence.parse(payload["recurrence"])
+    elif rec.text != payload["recurrence"]:
+        raise ValueError("the compiled record is of another recurrence")
+    stages = OrderedDict((s["name"], Stage(**s)) for s in payload["stages"])
+    passes = [PassRecord(**p) for p in payload["passes"]]
+    opts = payload["options"]
+    plan = _plan(payload["strategy"], opts["block_size"])
+    return Compiled(rec, decompose(rec), plan, payload["strategy"], payload["target"], opts,
+                    stages, passes, payload["kernels"], payload["final_module"], payload["ptx"],
+                    payload["llvm_ir"], payload["ptx_info"], entry["key"], from_cache=True)
+
+
+def load_compiled(path: str | os.PathLike[str]) -> Compiled:
+    """Read a file written by :meth:`Compiled.dump`: every stage, without MLIR.
+
+    The result runs (on the GPU through CuPy, or on the CPU when MLIR is present) and the
+    explorer widget shows it: ``explorer.Explorer(load_compiled(path))``.
+    """
+    try:
+        entry = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not a compiled record: {err}") from None
+    if not isinstance(entry, dict) or entry.get("format") != "scanweaver-compiled/1":
+        raise ValueError(f"{path} is not a compiled record (format scanweaver-compiled/1)")
+    return _from_entry(entry)
+
+
+def _write_json(path: Path, entry: dict[str, Any]) -> None:
+    """Write atomically: a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(entry, f)
+    os.replace(tmp, path)
+
+
 def _to_disk(c: Compiled) -> None:
-    payload = _payload(c)
-    entry = {"key": c.key, "sha256": _digest(payload), "payload": payload}
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f)
-        os.replace(tmp, folder / f"{c.key}.json")
+        _write_json(folder / f"{c.key}.json", _entry(c))
     except OSError:
         pass  # a read-only home is no reason to fail a compile
 
@@ -378,17 +430,9 @@ def _from_disk(key: str, rec: Recurrence) -> Compiled | None:
         return None
     try:
         entry = json.loads(path.read_text())
-        payload = entry["payload"]
-        if entry.get("key") != key or entry.get("sha256") != _digest(payload):
-            raise ValueError("checksum mismatch")
-        stages = OrderedDict((s["name"], Stage(**s)) for s in payload["stages"])
-        passes = [PassRecord(**p) for p in payload["passes"]]
-        opts = payload["options"]
-        plan = _plan(payload["strategy"], opts["block_size"])
-        c = Compiled(rec, decompose(rec), plan, payload["strategy"],
-                     payload["target"], opts, stages, passes, payload["kernels"],
-                     payload["final_module"], payload["ptx"], payload["llvm_ir"],
-                     payload["ptx_info"], key, from_cache=True)
+        if entry.get("key") != key:
+            raise ValueError("the entry belongs to another key")
+        c = _from_entry(entry, rec)
     except (OSError, ValueError, KeyError, TypeError):
         # a damaged entry is never trusted: drop it and compile again
         try:

@@ -93,6 +93,10 @@ class Explorer(widgets.VBox):
     """Interactive compiler explorer for one affine recurrence.
 
     >>> Explorer("h[t] = a[t] * h[t-1] + b[t]")    # doctest: +SKIP
+    >>> Explorer(explorer.compile(rec, block_size=64))   # doctest: +SKIP
+
+    Given a compiled result (from ``explorer.compile`` or ``explorer.compiler.load_compiled``)
+    it shows that result as it is, without compiling; edits in the box compile anew.
 
     Attributes worth reading from code: ``compiled`` (the last successful compilation, or None),
     ``error`` (the last error, or None), ``mlir`` (the pass view: ``mlir.select(i)``), ``run``
@@ -102,15 +106,28 @@ class Explorer(widgets.VBox):
     TAB_TITLES = ("Recurrence", "Affine", "Scan tree", "MLIR", "LLVM IR", "PTX", "Run")
 
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
-                 strategy: str = "blelloch", block_size: int = 256,
-                 elements_per_thread: int = 4, chip: str = "sm_90",
+                 strategy: str = "blelloch", block_size: int | None = None,
+                 elements_per_thread: int | None = None, chip: str = "sm_90",
                  dtype: str = "float32") -> None:
+        from explorer.codegen.options import Options
+
         table = presets()
         if recurrence is None:
             recurrence = next(iter(table.values()))
+        given = recurrence if hasattr(recurrence, "stages") else None  # a compiled result
+        if given is not None:
+            opts = given.options
+            recurrence = given.recurrence
+            target, strategy, chip = given.target, given.strategy, opts.get("chip", chip)
+            block_size = opts.get("block_size", block_size)
+            elements_per_thread = opts.get("elements_per_thread", elements_per_thread)
+        defaults = Options()
+        block_size = block_size or defaults.block_size
+        elements_per_thread = elements_per_thread or defaults.elements_per_thread
         text = getattr(recurrence, "text", recurrence)
         if not isinstance(text, str):
-            raise TypeError("Explorer takes recurrence text or an explorer.Recurrence")
+            raise TypeError("Explorer takes recurrence text, an explorer.Recurrence or a "
+                            "compiled result")
 
         self.compiled: Any = None
         self.error: BaseException | None = None
@@ -192,7 +209,10 @@ class Explorer(widgets.VBox):
                         self.dtype, self.chip):
             control.observe(lambda _c: self.recompile(), names="value")
         self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
-        self.recompile()
+        if given is not None:
+            self._show_compiled(given)
+        else:
+            self.recompile()
 
     # -- compiling ---------------------------------------------------------------------------
     @staticmethod
@@ -237,6 +257,11 @@ class Explorer(widgets.VBox):
             stale = " (the tabs show the last compilation that worked)" if self.compiled else ""
             self.status.value = f"<span style='color:#a00000'>error{stale}</span>"
             return False
+        self._show_compiled(compiled)
+        return True
+
+    def _show_compiled(self, compiled: Any) -> None:
+        """Show what ``compiled`` recorded in every view."""
         self.error = None
         self.error_box.value = ""
         self.compiled = compiled
@@ -251,7 +276,6 @@ class Explorer(widgets.VBox):
         self.times.show(compiled)
         self.run.set_compiled(compiled)
         self._show_selected()
-        return True
 
     def _show_selected(self) -> None:
         index = self.tabs.selected_index

@@ -161,3 +161,43 @@ def test_long_sequence_on_the_cpu(strategy):
     arrs = case.inputs((2,), 2**20, seed=1)
     c = ex.compile(case.text, target="cpu", strategy=strategy)
     _close(c(**arrs), ex.reference(case.text, **arrs))
+
+
+def test_dump_and_load_compiled_round_trip(tmp_path):
+    c = ex.compile(ex.PRESETS["selective scan"], target="cuda", strategy="blelloch")
+    path = c.dump(tmp_path / "scan.json")
+    back = compiler.load_compiled(path)
+    assert list(back.stages) == list(c.stages) and back.ptx == c.ptx
+    assert [p.name for p in back.passes] == [p.name for p in c.passes]
+    assert back.kernels == c.kernels and back.recurrence.text == c.recurrence.text
+    text = path.read_text().replace("bar.sync", "bar.broken")
+    path.write_text(text)
+    with pytest.raises(ValueError, match="damaged"):
+        compiler.load_compiled(path)
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a compiled record"):
+        compiler.load_compiled(tmp_path / "other.json")
+
+
+def test_load_compiled_needs_no_mlir(tmp_path):
+    import subprocess
+    import sys
+
+    path = ex.compile(AFFINE, target="cuda").dump(tmp_path / "affine.json")
+    code = ("import sys; sys.modules['mlir'] = None\n"
+            "from explorer.compiler import load_compiled\n"
+            f"c = load_compiled({str(path)!r})\n"
+            "assert 'ptx' in c.stages and c.kernels\n"
+            "assert 'mlir' not in sys.modules or sys.modules['mlir'] is None\n"
+            "print('ok')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=str(compiler.Path(compiler.__file__).parents[1]))
+    assert run.stdout.strip() == "ok", run.stderr
+
+
+def test_cache_key_follows_the_compiler_source(monkeypatch):
+    from explorer import codegen
+
+    before = compiler._key(AFFINE, {"block_size": 128})
+    monkeypatch.setattr(codegen, "source_digest", lambda: "another-code-generator")
+    assert compiler._key(AFFINE, {"block_size": 128}) != before

@@ -201,3 +201,23 @@ def test_stop_ends_a_background_sweep() -> None:
     assert len({m.length for m in panel.measurements}) < len(sizes)
     assert "stopped" in panel.status.value
     assert not panel.sweep_button.disabled and panel.stop_button.disabled
+
+
+def test_a_compiled_result_is_shown_as_it_is(tmp_path, monkeypatch) -> None:
+    from explorer import compiler
+
+    compiled = ex.compile(ex.PRESETS["second order"], target="cuda", strategy="sequential",
+                          block_size=64)
+    loaded = compiler.load_compiled(compiled.dump(tmp_path / "second.json"))
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("the explorer compiled although it was given a compiled result")
+
+    monkeypatch.setattr(ex, "compile", no_compile)
+    widget = Explorer(loaded)
+    assert widget.compiled is loaded
+    assert widget.text.value == compiled.recurrence.text
+    assert (widget.strategy.value, widget.block_size.value) == ("sequential", 64)
+    widget.show_tab("PTX")
+    assert "entry" in widget.ptx_view.code.value and "scanweaver_sequential" in \
+        widget.ptx_view.code.value
