@@ -16,7 +16,9 @@ What is built:
   PTX with nvcc) that follow the kernel ABI. They test the runtime on its own, whatever the code
   generator does.
 - ``<preset>-<strategy>``: every preset recurrence (:data:`explorer.presets.PRESETS`) compiled
-  with every strategy by :func:`explorer.compile`, when the compiler imports here.
+  with every strategy by :func:`explorer.compile`, when the compiler imports here; and
+  ``compiled/<preset>-<strategy>.json``, the whole compiled record (``Compiled.dump``), which the
+  explorer widget loads on the GPU machine without MLIR.
 
 ``index.json`` lists what was built and what failed to compile (with the error), so the tests
 report compile failures instead of silently testing less.
@@ -123,6 +125,8 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
             try:
                 compiled = explorer.compile(text, target="cuda", strategy=strategy)
                 compiled.save(out / name)
+                # the whole compiled record too: the explorer widget runs it on the GPU machine
+                compiled.dump(out / "compiled" / f"{name}.json.gz")
                 built[name] = {"recurrence": text, "strategy": strategy,
                                "vector": bool(compiled.form.vector), "source": "explorer"}
             except Exception as err:

@@ -174,6 +174,9 @@ def test_dump_and_load_compiled_round_trip(tmp_path):
     path.write_text(text)
     with pytest.raises(ValueError, match="damaged"):
         compiler.load_compiled(path)
+    small = c.dump(tmp_path / "scan.json.gz")
+    assert small.stat().st_size * 5 < len(text)
+    assert compiler.load_compiled(small).ptx == c.ptx
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(ValueError, match="not a compiled record"):
         compiler.load_compiled(tmp_path / "other.json")
