@@ -172,7 +172,7 @@ class Compiled:
         """
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(out, _entry(self), compress=out.suffix == ".gz")
+        _write_bytes(out, _encode(self), compress=out.suffix == ".gz")
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -358,29 +358,43 @@ def _remember(c: Compiled) -> None:
             _MEMORY.popitem(last=False)
 
 
-def _entry(c: Compiled) -> dict[str, Any]:
-    """Everything a compile recorded, as JSON, with a checksum over it."""
-    payload = {
+# A compiled record on disk: one line of JSON header (format, key, the sha256 of the payload's
+# bytes), a newline, then the payload as JSON.  The checksum is over the bytes as written, so
+# checking it costs one hash, not a second serialisation.
+_FORMAT = "scanweaver-compiled/1"
+
+
+def _encode(c: Compiled) -> bytes:
+    """Everything a compile recorded, with a checksum over it."""
+    payload = json.dumps({
         "recurrence": c.recurrence.text,
         "strategy": c.strategy, "target": c.target, "options": c.options,
         "stages": [asdict(s) for s in c.stages.values()],
         "passes": [asdict(p) for p in c.passes],
         "kernels": c.kernels, "final_module": c.final_module, "ptx": c.ptx,
         "llvm_ir": c.llvm_ir, "ptx_info": c.ptx_info,
-    }
-    return {"format": "scanweaver-compiled/1", "key": c.key, "sha256": _digest(payload),
-            "payload": payload}
+    }).encode()
+    header = json.dumps({"format": _FORMAT, "key": c.key,
+                         "sha256": hashlib.sha256(payload).hexdigest()}).encode()
+    return header + b"\n" + payload
 
 
-def _digest(payload: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def _from_entry(entry: dict[str, Any], rec: Recurrence | None = None) -> Compiled:
-    """Rebuild a :class:`Compiled` from :func:`_entry`'s JSON; ValueError when it is damaged."""
-    payload = entry["payload"]
-    if entry.get("sha256") != _digest(payload):
+def _decode(raw: bytes, rec: Recurrence | None = None, key: str | None = None) -> Compiled:
+    """Rebuild a :class:`Compiled` from :func:`_encode`'s bytes; ValueError when damaged."""
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    head, sep, body = raw.partition(b"\n")
+    try:
+        header = json.loads(head)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = None
+    if not sep or not isinstance(header, dict) or header.get("format") != _FORMAT:
+        raise ValueError(f"not a compiled record (format {_FORMAT})")
+    if key is not None and header.get("key") != key:
+        raise ValueError("the record belongs to another compile")
+    if header.get("sha256") != hashlib.sha256(body).hexdigest():
         raise ValueError("the compiled record is damaged (checksum mismatch)")
+    payload = json.loads(body)
     if rec is None:
         rec = Recurrence.parse(payload["recurrence"])
     elif rec.text != payload["recurrence"]:
@@ -391,7 +405,7 @@ def _from_entry(entry: dict[str, Any], rec: Recurrence | None = None) -> Compile
     plan = _plan(payload["strategy"], opts["block_size"])
     return Compiled(rec, decompose(rec), plan, payload["strategy"], payload["target"], opts,
                     stages, passes, payload["kernels"], payload["final_module"], payload["ptx"],
-                    payload["llvm_ir"], payload["ptx_info"], entry["key"], from_cache=True)
+                    payload["llvm_ir"], payload["ptx_info"], header["key"], from_cache=True)
 
 
 def load_compiled(path: str | os.PathLike[str]) -> Compiled:
@@ -400,21 +414,16 @@ def load_compiled(path: str | os.PathLike[str]) -> Compiled:
     The result runs (on the GPU through CuPy, or on the CPU when MLIR is present) and the
     explorer widget shows it: ``explorer.Explorer(load_compiled(path))``.
     """
-    raw = Path(path).read_bytes()
     try:
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        entry = json.loads(raw)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return _decode(Path(path).read_bytes())
+    except (OSError, EOFError) as err:
         raise ValueError(f"{path} is not a compiled record: {err}") from None
-    if not isinstance(entry, dict) or entry.get("format") != "scanweaver-compiled/1":
-        raise ValueError(f"{path} is not a compiled record (format scanweaver-compiled/1)")
-    return _from_entry(entry)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
-def _write_json(path: Path, entry: dict[str, Any], compress: bool = False) -> None:
+def _write_bytes(path: Path, data: bytes, compress: bool = False) -> None:
     """Write atomically: a reader never sees half a file."""
-    data = json.dumps(entry).encode()
     if compress:
         data = gzip.compress(data, compresslevel=6)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -427,7 +436,7 @@ def _to_disk(c: Compiled) -> None:
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_json(folder / f"{c.key}.json", _entry(c))
+        _write_bytes(folder / f"{c.key}.json", _encode(c))
     except OSError:
         pass  # a read-only home is no reason to fail a compile
 
@@ -437,11 +446,8 @@ def _from_disk(key: str, rec: Recurrence) -> Compiled | None:
     if not path.exists():
         return None
     try:
-        entry = json.loads(path.read_text())
-        if entry.get("key") != key:
-            raise ValueError("the entry belongs to another key")
-        c = _from_entry(entry, rec)
-    except (OSError, ValueError, KeyError, TypeError):
+        c = _decode(path.read_bytes(), rec, key)
+    except (OSError, EOFError, ValueError, KeyError, TypeError):
         # a damaged entry is never trusted: drop it and compile again
         try:
             path.unlink()
