@@ -3,7 +3,7 @@
 Two steps, so that the GPU machine needs only numpy + cupy:
 
     python3 bench/kernel_speed.py compile .artifacts/kspeed     # here: MLIR -> PTX + manifest
-    python3 bench/kernel_speed.py run .artifacts/kspeed         # on the GPU machine
+    PYTHONPATH=. python3 bench/kernel_speed.py run .artifacts/kspeed [VARIANT,...]   # GPU
 
 ``run`` follows each manifest exactly (kernels in list order, all with the full argument list;
 grid_x = ceil(C*N / sequences_per_block) [* ceil(L / time_chunk)]; a kernel with
@@ -11,6 +11,13 @@ grid_x = ceil(C*N / sequences_per_block) [* ceil(L / time_chunk)]; a kernel with
 floats; dynamic shared memory as given), checks every output against a float64 reference
 computed on the GPU, then times the launches with CUDA events against a device-to-device copy
 of the same bytes (12 per element for the scalar scan) and prints copy_time / kernel_time.
+
+A ``time_chunk`` chosen per call is chosen with the manifest's rule for this device
+(:func:`explorer.runtime.artifact.choose_time_chunk`, SMs and resident blocks per SM from
+CUDA's occupancy calculator), as :mod:`explorer.runtime.cuda` does. The section "chunk length"
+then times the default Blelloch artifact with the rule's choice against forced chunk lengths:
+unchunked (one block a sequence), the old fixed 8192 and chunk counts that give 1/4 to 4 times
+the device's resident-block slots.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ VARIANTS: list[tuple[str, str, str, dict[str, int]]] = [
     ("comp_ble_default", COMPANION, "blelloch", {}),
 ]
 
-SIZES = [(4096, 1024), (16, 2**20), (131072, 2048), (1, 2**26)]
+SIZES = [(4096, 1024), (16, 2**20), (131072, 2048), (1, 2**26), (1024, 16384), (4096, 65536)]
 
 
 # -- compile (needs MLIR) ----------------------------------------------------------------------
@@ -142,29 +149,50 @@ class Runner:
     def __init__(self, folder: Path) -> None:
         import cupy as cp
 
+        from explorer.runtime.artifact import Machine, validate_manifest
+
         self.manifest = json.loads((folder / "manifest.json").read_text())
         self.module = cp.RawModule(path=str(folder / "kernel.ptx"))
+        self.infos = validate_manifest(dict(self.manifest, format="scanweaver-artifact/1"))
         self.kernels = []
-        for k in self.manifest["kernels"]:
+        per_sm = []
+        for k, info in zip(self.manifest["kernels"], self.infos, strict=True):
             fn = self.module.get_function(k["name"])
             if k["shared_bytes"] > 48 * 1024:
                 fn.max_dynamic_shared_size_bytes = k["shared_bytes"]
             self.kernels.append((k, fn))
+            if info.chunked_per_call:
+                try:
+                    per_sm.append(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                        fn.ptr, info.threads, info.shared_bytes))
+                except AttributeError:   # no occupancy calculator: threads per SM alone
+                    per_sm.append(2048 // info.threads)
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        self.machine = Machine(sms, min(per_sm) if per_sm else 1)
+        self.sizes: dict[str, int] = {}
 
-    def bind(self, arrays: dict[str, Any], C: int, N: int, L: int) -> tuple[list[Any],
-                                                                            dict[str, Any]]:
+    @property
+    def rule(self) -> Any:
+        return next((a.chunk_rule for a in self.infos[0].args if a.chunk_rule), None)
+
+    def bind(self, arrays: dict[str, Any], C: int, N: int, L: int,
+             time_chunk: int | None = None) -> tuple[list[Any], dict[str, Any]]:
         import cupy as cp
+
+        from explorer.runtime.artifact import size_values
 
         args: list[Any] = []
         outputs: dict[str, Any] = {}
-        sizes = {"C": np.int64(C), "N": np.int64(N), "L": np.int64(L)}
-        for a in self.manifest["kernels"][0]["args"]:
+        self.sizes = size_values(self.infos[0].args, C, N, L, self.machine, time_chunk)
+        sizes = {k: np.int64(v) for k, v in self.sizes.items()}
+        for a, info in zip(self.manifest["kernels"][0]["args"], self.infos[0].args,
+                           strict=True):
             role = a["role"]
             if role == "size":
                 args.append(sizes[a["name"]])
             elif role == "workspace":
-                n = C * N * -(-L // a["time_chunk"]) * a["per_chunk"]
-                args.append(cp.zeros(n, dtype=cp.float32))
+                args.append(cp.zeros(info.workspace_size(C, N, L, self.sizes),
+                                     dtype=cp.float32))
             elif role == "output":
                 shape = (C, N, L) if a["lane"] else (C, L)
                 outputs[a["name"]] = cp.full(shape, np.nan, dtype=cp.float32)
@@ -176,15 +204,12 @@ class Runner:
         return args, outputs
 
     def launches(self, C: int, N: int, L: int) -> list[tuple[Any, Any, int]]:
+        """The launches of the call last bound (its sizes: the chunk length it took)."""
         out = []
-        for k, fn in self.kernels:
-            longer = k.get("launch_when_longer_than")
-            if longer is not None and L <= longer:
+        for (k, fn), info in zip(self.kernels, self.infos, strict=True):
+            if not info.launched(L, self.sizes):
                 continue
-            grid = -(-(C * N) // k["sequences_per_block"])
-            if k.get("time_chunk") is not None:
-                grid *= -(-L // k["time_chunk"])
-            out.append((k, fn, grid))
+            out.append((k, fn, info.grid(C, N, L, self.sizes)[0]))
         return out
 
     def launch(self, plan: list[tuple[Any, Any, int]], args: list[Any]) -> None:
@@ -229,14 +254,62 @@ def rel_err(out: Any, ref: Any) -> float:
     return float(cp.max(cp.abs(out.astype(cp.float64) - ref) / scale))
 
 
-def run_all(folder: Path) -> None:
+def _chunk_choices(r: Runner, C: int, L: int) -> list[tuple[str, int]]:
+    """(label, time_chunk) to time: the rule's choice, unchunked, the old fixed 8192 and the
+    chunk counts that give 1/4 .. 4 times the device's block slots."""
+    rule = r.rule
+    tiles = -(-L // rule.tile)
+    out = [("rule", r.rule.choose(C, 1, L, r.machine)), ("unchunked", tiles * rule.tile),
+           ("fixed 8192", 8192)]
+    for f in (0.25, 0.5, 1, 2, 4):
+        chunks = max(1, -(-int(f * r.machine.slots) // C))
+        T = rule.tile * max(1, -(-tiles // chunks))
+        out.append((f"{f:g}x slots", T))
+    seen: set[int] = set()
+    return [(k, T) for k, T in out if not (T in seen or seen.add(T))]  # type: ignore[func-returns-value]
+
+
+def chunk_section(ref_mod: Any, runner: Runner, rng: Any) -> None:
+    import cupy as cp
+
+    print(f"\nchunk length, ble_default: machine {runner.machine.sms} SMs x "
+          f"{runner.machine.blocks_per_sm} blocks/SM = {runner.machine.slots} slots, rule "
+          f"{runner.rule}")
+    print(f"{'size':>14s} {'choice':12s} {'T':>9s} {'blocks':>8s} {'kernels':>7s} {'ms':>9s} "
+          f"{'copy ms':>8s} {'ratio':>6s} {'rel err':>8s}")
+    for C, L in SIZES:
+        a = rng.uniform(0.5, 1.0, (C, L), dtype=cp.float32)
+        b = rng.uniform(-1.0, 1.0, (C, L), dtype=cp.float32)
+        ref = cp.empty((C, L), dtype=cp.float64)
+        ref_mod.get_function("ref_scalar")(((C + 127) // 128,), (128,),
+                                           (a, b, ref, np.int64(C), np.int64(L)))
+        copy = _copy_ms(12 * C * L)
+        for label, T in _chunk_choices(runner, C, L):
+            args, outs = runner.bind({"a": a, "b": b}, C, 1, L, time_chunk=T)
+            plan = runner.launches(C, 1, L)
+            runner.launch(plan, args)
+            cp.cuda.Device().synchronize()
+            err = rel_err(outs["h"], ref)
+            blocks = C * -(-L // T)
+            if not err < 1e-4:
+                print(f"{C:>6d}x{L:<7d} {label:12s} {T:9d} WRONG: rel err {err:.3g}")
+                continue
+            ms = _time(lambda plan=plan, args=args: runner.launch(plan, args), 30)
+            print(f"{C:>6d}x{L:<7d} {label:12s} {T:9d} {blocks:8d} {len(plan):7d} {ms:9.4f} "
+                  f"{copy:8.4f} {copy / ms:6.3f} {err:8.1e}", flush=True)
+            del args, outs
+        del a, b, ref
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+def run_all(folder: Path, only: list[str] | None = None, chunks: bool = True) -> None:
     import cupy as cp
 
     props = cp.cuda.runtime.getDeviceProperties(0)
     print(f"GPU: {props['name'].decode()}  (CUDA runtime {cp.cuda.runtime.runtimeGetVersion()})")
     ref_mod = cp.RawModule(code=REF_SOURCE)
     runners = {name: Runner(folder / name) for name, *_ in VARIANTS
-               if (folder / name / "manifest.json").exists()}
+               if (folder / name / "manifest.json").exists() and (only is None or name in only)}
     rng = cp.random.default_rng(0)
     # scalar scan at the four sizes: correctness then speed
     print(f"{'size':>14s} {'variant':18s} {'ms':>9s} {'copy ms':>8s} {'ratio':>6s} "
@@ -271,6 +344,8 @@ def run_all(folder: Path) -> None:
             del args, outs
         del a, b, ref
         cp.get_default_memory_pool().free_all_blocks()
+    if chunks and "ble_default" in runners:
+        chunk_section(ref_mod, runners["ble_default"], rng)
     # other recurrences: correctness (and speed, bytes counted per kernel's own traffic)
     for C, N, L in [(64, 16, 4096), (4, 16, 2**18)]:
         dt = rng.uniform(0.01, 0.2, (C, L), dtype=cp.float32)
@@ -331,6 +406,9 @@ def run_all(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("compile", "run"):
-        sys.exit("usage: kernel_speed.py compile|run FOLDER")
-    (compile_all if sys.argv[1] == "compile" else run_all)(Path(sys.argv[2]))
+    if len(sys.argv) not in (3, 4) or sys.argv[1] not in ("compile", "run"):
+        sys.exit("usage: kernel_speed.py compile FOLDER | run FOLDER [VARIANT,...]")
+    if sys.argv[1] == "compile":
+        compile_all(Path(sys.argv[2]))
+    else:
+        run_all(Path(sys.argv[2]), sys.argv[3].split(",") if len(sys.argv) == 4 else None)

@@ -5,8 +5,9 @@ The module is built with the MLIR Python bindings in a fresh ``Context``; its te
 
 Data layout (see the kernel ABI): every array is a flat, contiguous float32 buffer; inputs are
 ``(C, L)`` / ``(C, N, L)``, parameters ``(C,)`` / ``(C, N)``, initial states ``(C,)`` / ``(C, N)``,
-outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64, then the workspaces (if
-any). A sequence is one ``(channel c, lane n)`` pair, numbered ``s = c * N + n``.
+outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64, then the workspaces and
+the int64 ``time_chunk`` (Blelloch only). A sequence is one ``(channel c, lane n)`` pair,
+numbered ``s = c * N + n``.
 
 The same kernel bodies are emitted for both targets. On ``cuda`` a phase runs once per thread
 and phases are separated by barriers; on ``cpu`` every kernel becomes a host function
@@ -31,11 +32,15 @@ Strategies:
   up-sweep and down-sweep run over the ``block_size`` thread aggregates in workgroup memory
   (one padding slot every 32 entries against bank conflicts; ``gpu.barrier`` between levels);
   each thread then applies its exclusive prefix to its own elements and the states leave
-  through workgroup memory, coalesced. Long sequences are cut into chunks of ``time_chunk``
+  through workgroup memory, coalesced. A sequence may be cut into chunks of ``time_chunk``
   steps handled by different blocks, with three kernels: ``_reduce`` (each chunk's aggregate
   into a workspace), ``_carry`` (one block per sequence scans the aggregates into the state at
   the start of each chunk) and the scan itself, which starts each chunk from its carry. The
-  first two run only when ``L > time_chunk``.
+  first two run only when ``L > time_chunk``. ``time_chunk`` is a kernel argument chosen by the
+  runtime for each call (the manifest's ``chunk_rule``, see
+  :func:`explorer.runtime.artifact.choose_time_chunk`): a whole sequence per block (12 bytes
+  an element, one kernel) when the sequences alone fill the GPU, else the fewest chunks that
+  do (the inputs are then read twice: 20 bytes an element).
 
 Readouts ``y[t] = f(state, inputs)`` are computed with the state in the scan kernel when the
 recurrence has no lane axis. With a lane axis (``sum(C[t, n] * h[t, n])``) a readout needs all
@@ -94,6 +99,11 @@ LOAD_BATCH = 8
 READOUT_CHUNK_TILES = 16
 #: the host functions of the CPU target that emulate one kernel's grid end with this
 GRID_SUFFIX = "_grid"
+#: the per-call chunk length argument of the Blelloch kernels (a size, after the workspaces)
+TIME_CHUNK = "time_chunk"
+#: chunk rule: blocks wanted, in units of the device's resident-block slots (SMs x blocks/SM);
+#: the sequences alone reaching this many blocks run unchunked
+CHUNK_FILL = 1.0
 
 
 @dataclass(frozen=True)
@@ -106,8 +116,9 @@ class KernelSpec:
     sequences_per_block: int      # grid_x = ceil(C * N / sequences_per_block) [* chunks]
     shared_bytes: int = 0         # dynamic shared memory to pass at launch
     static_shared_bytes: int = 0  # shared memory declared in the kernel itself
-    time_chunk: int | None = None  # grid_x *= ceil(L / time_chunk); block = seq * chunks + k
-    launch_when_longer_than: int | None = None  # launched only when L > this
+    # an int, or TIME_CHUNK: the value of the size argument of that name (chosen per call)
+    time_chunk: int | str | None = None  # grid_x *= ceil(L / time_chunk); block = seq*chunks+k
+    launch_when_longer_than: int | str | None = None  # launched only when L > this
     min_blocks_per_sm: int = 0    # occupancy asked of ptxas (0: none)
 
     def manifest(self) -> dict[str, Any]:
@@ -120,13 +131,22 @@ class KernelSpec:
             out["launch_when_longer_than"] = self.launch_when_longer_than
         return out
 
-    def grid(self, C: int, N: int, L: int) -> int:
-        """grid_x of one launch (0: not launched), the rule the runtime follows."""
-        if self.launch_when_longer_than is not None and L <= self.launch_when_longer_than:
+    def grid(self, C: int, N: int, L: int, time_chunk: int | None = None) -> int:
+        """grid_x of one launch (0: not launched), the rule the runtime follows;
+        ``time_chunk``: the per-call value, for the kernels that take it."""
+        def value(v: int | str | None) -> int | None:
+            if isinstance(v, str):
+                if time_chunk is None:
+                    raise ValueError(f"{self.name}: give the time_chunk of the call")
+                return time_chunk
+            return v
+        longer = value(self.launch_when_longer_than)
+        if longer is not None and L <= longer:
             return 0
         blocks = -(-(C * N) // self.sequences_per_block)
-        if self.time_chunk is not None:
-            blocks *= -(-L // self.time_chunk)
+        chunk = value(self.time_chunk)
+        if chunk is not None:
+            blocks *= -(-L // chunk)
         return blocks
 
 
@@ -172,8 +192,16 @@ def kernel_args(form: Any, options: Options | None = None) -> list[dict[str, Any
         alg = Algebra(form.A)
         for name, per in ((AGGREGATES, alg.width), (CARRIES, alg.S)):
             out.append({"name": name, "role": "workspace", "timed": False, "lane": False,
-                        "dtype": "float32", "per_chunk": per, "time_chunk": options.time_chunk})
+                        "dtype": "float32", "per_chunk": per, "time_chunk": TIME_CHUNK})
+        out.append({"name": TIME_CHUNK, "role": "size", "timed": False, "lane": False,
+                    "dtype": "int64", "chunk_rule": chunk_rule(options)})
     return out
+
+
+def chunk_rule(options: Options) -> dict[str, Any]:
+    """The manifest's rule for the per-call ``time_chunk`` (whole tiles; when chunking, never
+    fewer than ``chunk_tiles`` tiles a chunk)."""
+    return {"tile": options.tile, "min_tiles": options.chunk_tiles, "fill": CHUNK_FILL}
 
 
 #: workspace of the chunked Blelloch scan: per (sequence, chunk), the chunk's aggregate
@@ -311,6 +339,8 @@ class Gen:
         self.alg = Algebra(form.A)
         self.arrays = arrays
         self.C, self.N, self.L = C, N, L
+        #: the per-call chunk length (Blelloch), set when the arguments are bound
+        self.Tc: Value | None = None
         self.lanes = set(form.recurrence.lane_names)
         self.timed = set(form.inputs)
         self.states = tuple(form.recurrence.states)
@@ -802,7 +832,8 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
     o = gen.options
     alg = gen.alg
     E = o.elements_per_thread
-    Tc = ci(o.time_chunk)
+    assert gen.Tc is not None, "the Blelloch kernels take time_chunk"
+    Tc = gen.Tc
     nch = ceil_div(gen.L, Tc)
     w, S = alg.width, alg.S
     aggs, carries = gen.arrays[AGGREGATES], gen.arrays[CARRIES]
@@ -876,14 +907,17 @@ def readout_block(gen: Gen, th: Threads, bid: Value) -> None:
 # --------------------------------------------------------------------------------------------
 # module builders
 # --------------------------------------------------------------------------------------------
-def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value) -> dict[str, Value]:
+def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
+                 Tc: Value | None) -> dict[str, Value]:
     sizes = {}
     CN = mul_i(C, N)
     for a in args:
         if a["role"] == "size":
             continue
         if a["role"] == "workspace":
-            chunks = ceil_div(L, ci(a["time_chunk"]))
+            per_call = a["time_chunk"] == TIME_CHUNK
+            assert Tc is not None or not per_call
+            chunks = ceil_div(L, Tc if per_call and Tc is not None else ci(a["time_chunk"]))
             sizes[a["name"]] = mul_i(mul_i(CN, chunks), ci(a["per_chunk"]))
             continue
         rows = CN if a["lane"] else C
@@ -904,7 +938,6 @@ def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
     else:
         shapes = blelloch_shapes(options)
         gen_counts = _stage_counts(form, options)
-        Tc = options.time_chunk
         for role, suffix in (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")):
             static = (gen_counts[role] * shapes.stage + alg.width * shapes.agg) * 4
             if options.target == "cuda" and static > STATIC_SHARED_LIMIT:
@@ -915,8 +948,8 @@ def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
                     "elements_per_thread")
             out.append(KernelSpec(
                 f"{KERNEL_PREFIX}_blelloch{suffix}", role, block, 1, 0, static,
-                time_chunk=None if role == "carry" else Tc,
-                launch_when_longer_than=None if role == "scan" else Tc))
+                time_chunk=None if role == "carry" else TIME_CHUNK,
+                launch_when_longer_than=None if role == "scan" else TIME_CHUNK))
     if form.vector and form.readouts:
         out.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", block, 1,
                               time_chunk=READOUT_CHUNK_TILES * bs))
@@ -970,9 +1003,12 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
     by_name = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] != "size"}
     C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
-    sizes = _array_sizes(args, C, N, L)
+    Tc = to_index(size[TIME_CHUNK]) if TIME_CHUNK in size else None
+    sizes = _array_sizes(args, C, N, L, Tc)
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
-    return Gen(form, options, arrays, C, N, L)
+    gen = Gen(form, options, arrays, C, N, L)
+    gen.Tc = Tc
+    return gen
 
 
 def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
@@ -1050,18 +1086,28 @@ def _cuda_module(form: Any, options: Options, args: list[dict[str, Any]],
     return module
 
 
-def _grid_value(spec: KernelSpec, C: Value, N: Value, L: Value) -> Value:
-    blocks = ceil_div(mul_i(C, N), ci(spec.sequences_per_block))
+def _size_value(v: int | str, sizes: dict[str, Value]) -> Value:
+    return sizes[v] if isinstance(v, str) else ci(v)
+
+
+def _sizes_of(args: list[dict[str, Any]], vals: Sequence[Value]) -> dict[str, Value]:
+    """Index values of the size arguments (C, N, L and time_chunk when there)."""
+    return {a["name"]: to_index(v) for a, v in zip(args, vals, strict=True)
+            if a["role"] == "size"}
+
+
+def _grid_value(spec: KernelSpec, sizes: dict[str, Value]) -> Value:
+    blocks = ceil_div(mul_i(sizes["C"], sizes["N"]), ci(spec.sequences_per_block))
     if spec.time_chunk is not None:
-        blocks = mul_i(blocks, ceil_div(L, ci(spec.time_chunk)))
+        blocks = mul_i(blocks, ceil_div(sizes["L"], _size_value(spec.time_chunk, sizes)))
     return blocks
 
 
-def _launch_if(spec: KernelSpec, L: Value, launch: Callable[[], None]) -> None:
+def _launch_if(spec: KernelSpec, sizes: dict[str, Value], launch: Callable[[], None]) -> None:
     if spec.launch_when_longer_than is None:
         launch()
     else:
-        if_then(lt_i(ci(spec.launch_when_longer_than), L), launch)
+        if_then(lt_i(_size_value(spec.launch_when_longer_than, sizes), sizes["L"]), launch)
 
 
 def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],
@@ -1072,18 +1118,17 @@ def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],
     block = fn.add_entry_block()
     with InsertionPoint(block):
         vals = list(block.arguments)
-        size = {a["name"]: v for a, v in zip(args, vals, strict=True) if a["role"] == "size"}
-        C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
+        sizes = _sizes_of(args, vals)
         one = ci(1)
         for spec in kernels:
             def launch(spec: KernelSpec = spec) -> None:
-                grid = _grid_value(spec, C, N, L)
+                grid = _grid_value(spec, sizes)
                 dyn = (arith.constant(IntegerType.get_signless(32), spec.shared_bytes)
                        if spec.shared_bytes else None)
                 gpu.launch_func([f"{KERNEL_PREFIX}_kernels", spec.name], (grid, one, one),
                                 (ci(spec.block[0]), one, one), kernel_operands=vals,
                                 dynamic_shared_memory_size=dyn)
-            _launch_if(spec, L, launch)
+            _launch_if(spec, sizes, launch)
         func.return_([])
 
 
@@ -1128,12 +1173,11 @@ def _cpu_module(form: Any, options: Options, args: list[dict[str, Any]],
         block = entry.add_entry_block()
         with InsertionPoint(block):
             vals = list(block.arguments)
-            size = {a["name"]: v for a, v in zip(args, vals, strict=True) if a["role"] == "size"}
-            C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
+            sizes = _sizes_of(args, vals)
             for spec in kernels:
                 def launch(spec: KernelSpec = spec) -> None:
-                    grid = arith.index_cast(_i64(), _grid_value(spec, C, N, L))
+                    grid = arith.index_cast(_i64(), _grid_value(spec, sizes))
                     func.call([], spec.name + GRID_SUFFIX, [*vals, grid])
-                _launch_if(spec, L, launch)
+                _launch_if(spec, sizes, launch)
             func.return_([])
     return module

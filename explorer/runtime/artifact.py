@@ -16,6 +16,21 @@ multiplied by ``ceil(L / time_chunk)``) and ``launch_when_longer_than`` (launche
 longer), and an argument of role ``workspace`` is a zeroed float32 scratch buffer of
 ``C * N * ceil(L / time_chunk) * per_chunk`` floats, after the sizes.
 
+Chunk length chosen per call: ``time_chunk`` and ``launch_when_longer_than`` (of a kernel or a
+workspace) are either an integer fixed at compile time or the *name* of a size argument whose
+value the runtime chooses for each call.  The only such size argument is ``time_chunk`` (int64,
+after the workspaces); it carries its rule as ``chunk_rule = {"tile", "min_tiles", "fill"}``
+(see :func:`choose_time_chunk`): with ``slots = SMs * resident blocks per SM`` of the machine,
+
+* ``C * N >= fill * slots``: no chunking, ``time_chunk = tile * ceil(L / tile)`` (>= L), so the
+  kernels launched only when ``L > time_chunk`` are skipped and one block scans a sequence;
+* otherwise the fewest chunks per sequence that give ``fill * slots`` blocks:
+  ``chunks = ceil(fill * slots / (C * N))`` and
+  ``time_chunk = tile * max(min_tiles, ceil(ceil(L / tile) / chunks))``.
+
+The same value is passed to every kernel and sizes the workspaces, so the grid and workspace
+formulas above hold with it.  A manifest with integers only (older artifacts) launches as before.
+
 The manifest's ``hash`` is the SHA-256 of its own canonical JSON (sorted keys, without the
 ``hash`` field) followed by the bytes of every PTX file in kernel order; :func:`load_artifact`
 recomputes it and refuses an artifact whose files were changed after it was written.
@@ -39,7 +54,69 @@ DEFAULT_PTX = "kernel.ptx"
 
 ROLES = ("input", "param", "h0", "output", "size", "workspace")
 ARG_DTYPES = ("float32", "int64")
-SIZE_NAMES = ("C", "N", "L")
+SIZE_NAMES = ("C", "N", "L", "time_chunk")
+#: the size argument chosen per call by the chunk rule
+TIME_CHUNK = "time_chunk"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the chunk rule needs to know of a device: SMs and resident blocks per SM."""
+
+    sms: int
+    blocks_per_sm: int
+
+    @property
+    def slots(self) -> int:
+        return self.sms * self.blocks_per_sm
+
+
+@dataclass(frozen=True)
+class ChunkRule:
+    """How the runtime picks ``time_chunk`` for a call (see the module docstring)."""
+
+    tile: int           # steps one block scans per tile; chunks are whole tiles
+    min_tiles: int = 1  # shortest chunk, in tiles, when chunking
+    fill: float = 1.0   # blocks wanted, in units of the machine's resident-block slots
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tile": self.tile, "min_tiles": self.min_tiles, "fill": self.fill}
+
+    def choose(self, C: int, N: int, L: int, machine: Machine) -> int:
+        return choose_time_chunk(self, C, N, L, machine)
+
+
+def choose_time_chunk(rule: ChunkRule, C: int, N: int, L: int, machine: Machine) -> int:
+    """The chunk length for one call: the whole sequence (rounded up to tiles) when the
+    sequences alone fill ``rule.fill`` times the machine's block slots, else the fewest chunks
+    per sequence that do (never shorter than ``rule.min_tiles`` tiles)."""
+    tiles = max(1, -(-L // rule.tile))
+    sequences = max(1, C * N)
+    want = max(1, math.ceil(rule.fill * machine.slots))
+    if sequences >= want:
+        return tiles * rule.tile
+    chunks = -(-want // sequences)
+    return rule.tile * max(rule.min_tiles, -(-tiles // chunks))
+
+
+def size_values(args: Sequence[ArgInfo], C: int, N: int, L: int, machine: Machine,
+                time_chunk: int | None = None) -> dict[str, int]:
+    """Values of the size arguments for one call (``time_chunk``: forced instead of chosen)."""
+    out = {"C": C, "N": N, "L": L}
+    for a in args:
+        if a.role == "size" and a.name == TIME_CHUNK:
+            assert a.chunk_rule is not None
+            out[TIME_CHUNK] = (int(time_chunk) if time_chunk is not None
+                               else a.chunk_rule.choose(C, N, L, machine))
+    return out
+
+
+def _resolve(value: int | str | None, sizes: Mapping[str, int] | None) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    if sizes is None or value not in sizes:
+        raise ArtifactError(f"the size {value!r} is chosen per call: pass its value")
+    return int(sizes[value])
 
 
 class ArtifactError(ValueError):
@@ -55,22 +132,28 @@ class ArgInfo:
     timed: bool = False
     lane: bool = False
     dtype: str = "float32"
-    # a workspace holds per_chunk floats for every (sequence, chunk of time_chunk steps)
+    # a workspace holds per_chunk floats for every (sequence, chunk of time_chunk steps);
+    # time_chunk is an integer or the name of the size argument that gives it per call
     per_chunk: int | None = None
-    time_chunk: int | None = None
+    time_chunk: int | str | None = None
+    chunk_rule: ChunkRule | None = None    # the size argument ``time_chunk`` only
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "timed": self.timed,
                                "lane": self.lane, "dtype": self.dtype}
         if self.role == "workspace":
             out.update(per_chunk=self.per_chunk, time_chunk=self.time_chunk)
+        if self.chunk_rule is not None:
+            out["chunk_rule"] = self.chunk_rule.as_dict()
         return out
 
-    def workspace_size(self, C: int, N: int, L: int) -> int:
+    def workspace_size(self, C: int, N: int, L: int,
+                       sizes: Mapping[str, int] | None = None) -> int:
         """Floats of a workspace: ``C * N * ceil(L / time_chunk) * per_chunk``."""
-        if self.per_chunk is None or self.time_chunk is None:
+        chunk = _resolve(self.time_chunk, sizes)
+        if self.per_chunk is None or chunk is None:
             raise ArtifactError(f"{self.name} is not a workspace")
-        return C * N * -(-L // self.time_chunk) * self.per_chunk
+        return C * N * -(-L // chunk) * self.per_chunk
 
 
 @dataclass(frozen=True)
@@ -83,22 +166,32 @@ class KernelInfo:
     sequences_per_block: int
     shared_bytes: int
     args: tuple[ArgInfo, ...]
-    time_chunk: int | None = None  # grid_x *= ceil(L / time_chunk): one block per chunk
-    launch_when_longer_than: int | None = None  # launched only when L > this
+    # integers, or the name of the size argument that gives the value per call
+    time_chunk: int | str | None = None  # grid_x *= ceil(L / time_chunk): one block per chunk
+    launch_when_longer_than: int | str | None = None  # launched only when L > this
 
     @property
     def threads(self) -> int:
         return math.prod(self.block)
 
-    def launched(self, L: int) -> bool:
-        return self.launch_when_longer_than is None or L > self.launch_when_longer_than
+    @property
+    def chunked_per_call(self) -> bool:
+        """True when the kernel's chunk length is chosen per call."""
+        return isinstance(self.time_chunk, str)
 
-    def grid(self, C: int, N: int, L: int | None = None) -> tuple[int, int, int]:
+    def launched(self, L: int, sizes: Mapping[str, int] | None = None) -> bool:
+        longer = _resolve(self.launch_when_longer_than, sizes)
+        return longer is None or L > longer
+
+    def grid(self, C: int, N: int, L: int | None = None,
+             sizes: Mapping[str, int] | None = None) -> tuple[int, int, int]:
         """``grid_x = ceil(C * N / sequences_per_block)``, times ``ceil(L / time_chunk)`` for a
         kernel that gives each time chunk its own block."""
         blocks = max(1, -(-(C * N) // self.sequences_per_block))
         if self.time_chunk is not None and L is not None:
-            blocks *= max(1, -(-L // self.time_chunk))
+            chunk = _resolve(self.time_chunk, sizes)
+            assert chunk is not None
+            blocks *= max(1, -(-L // chunk))
         return (blocks, 1, 1)
 
     def args_with_role(self, role: str) -> tuple[ArgInfo, ...]:
@@ -182,18 +275,43 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
                             f"expected one of {', '.join(ARG_DTYPES)}")
     if role == "size":
         if name not in SIZE_NAMES:
-            raise ArtifactError(f"{where}: size argument {name!r} must be one of C, N, L")
+            raise ArtifactError(f"{where}: size argument {name!r} must be one of "
+                                f"{', '.join(SIZE_NAMES)}")
         if dtype != "int64":
             raise ArtifactError(f"{where}: size argument {name!r} must be int64")
     elif dtype != "float32":
         raise ArtifactError(f"{where}: array argument {name!r} must be float32")
-    per_chunk = time_chunk = None
+    per_chunk: int | None = None
+    time_chunk: int | str | None = None
+    rule = None
     if role == "workspace":
         per_chunk = _positive(raw.get("per_chunk"), f"{where}: workspace {name!r} per_chunk")
-        time_chunk = _positive(raw.get("time_chunk"), f"{where}: workspace {name!r} time_chunk")
+        time_chunk = _chunk_value(raw.get("time_chunk"), f"{where}: workspace {name!r} "
+                                  "time_chunk")
+    if role == "size" and name == TIME_CHUNK:
+        rule = _parse_rule(raw.get("chunk_rule"), f"{where}: size argument {name!r}")
     return ArgInfo(name=name, role=role, timed=bool(raw.get("timed", False)),
                    lane=bool(raw.get("lane", False)), dtype=dtype, per_chunk=per_chunk,
-                   time_chunk=time_chunk)
+                   time_chunk=time_chunk, chunk_rule=rule)
+
+
+def _parse_rule(raw: Any, where: str) -> ChunkRule:
+    if not isinstance(raw, Mapping):
+        raise ArtifactError(f"{where}: needs chunk_rule {{tile, min_tiles, fill}}, "
+                            f"got {raw!r}")
+    tile = _positive(raw.get("tile"), f"{where}: chunk_rule tile")
+    min_tiles = _positive(raw.get("min_tiles", 1), f"{where}: chunk_rule min_tiles")
+    fill = raw.get("fill", 1.0)
+    if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not fill > 0:
+        raise ArtifactError(f"{where}: chunk_rule fill must be a positive number, got {fill!r}")
+    return ChunkRule(tile=tile, min_tiles=min_tiles, fill=float(fill))
+
+
+def _chunk_value(value: Any, what: str) -> int | str:
+    """A positive integer, or the name of the size argument that gives it per call."""
+    if value == TIME_CHUNK:
+        return TIME_CHUNK
+    return _positive(value, what + f" (a positive integer or {TIME_CHUNK!r})")
 
 
 def _positive(value: Any, what: str) -> int:
@@ -240,12 +358,16 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
         raise ArtifactError(f"{where}: duplicate arguments {dup}")
     time_chunk = raw.get("time_chunk")
     if time_chunk is not None:
-        time_chunk = _positive(time_chunk, f"{where}: time_chunk")
+        time_chunk = _chunk_value(time_chunk, f"{where}: time_chunk")
     longer = raw.get("launch_when_longer_than")
-    if longer is not None and (not isinstance(longer, int) or isinstance(longer, bool)
-                               or longer < 0):
-        raise ArtifactError(f"{where}: launch_when_longer_than must be a non-negative integer, "
-                            f"got {longer!r}")
+    if longer is not None and longer != TIME_CHUNK and (
+            not isinstance(longer, int) or isinstance(longer, bool) or longer < 0):
+        raise ArtifactError(f"{where}: launch_when_longer_than must be a non-negative integer "
+                            f"or {TIME_CHUNK!r}, got {longer!r}")
+    per_call = [v for v in (time_chunk, longer, *(a.time_chunk for a in args)) if v == TIME_CHUNK]
+    if per_call and not any(a.role == "size" and a.name == TIME_CHUNK for a in args):
+        raise ArtifactError(f"{where}: uses {TIME_CHUNK!r} per call but has no size argument "
+                            f"{TIME_CHUNK!r}")
     return KernelInfo(name=name, ptx=ptx, block=(int(block[0]), int(block[1]), int(block[2])),
                       sequences_per_block=spb, shared_bytes=shared, args=args,
                       time_chunk=time_chunk, launch_when_longer_than=longer)

@@ -12,6 +12,12 @@ manifest and ``grid_x = ceil(C * N / sequences_per_block)`` (times ``ceil(L / ti
 chunked kernels); the manifest's dynamic shared memory.  Several kernels run in manifest order
 (skipping those with ``launch_when_longer_than >= L``), all with the same arguments.
 
+A ``time_chunk`` chosen per call (the Blelloch kernels) follows the manifest's ``chunk_rule``
+for this device: its SM count and the resident blocks per SM of the chunked kernels (CUDA's
+occupancy calculator, through CuPy), see :func:`explorer.runtime.artifact.choose_time_chunk`.
+When the sequences alone fill the GPU, each is scanned by one block and the chunk kernels are
+skipped.
+
 Only NumPy and CuPy are imported (CuPy lazily, so this module imports on a machine without a
 GPU); never MLIR or sympy.
 """
@@ -29,7 +35,14 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import LaunchError, RecurrenceError
-from explorer.runtime.artifact import ArgInfo, Artifact, KernelInfo, load_artifact
+from explorer.runtime.artifact import (
+    ArgInfo,
+    Artifact,
+    KernelInfo,
+    Machine,
+    load_artifact,
+    size_values,
+)
 from explorer.runtime.shapes import ArgSpec, marshal, resolve
 
 #: CUDA's limit on gridDim.x
@@ -176,6 +189,37 @@ def _module(artifact: Artifact, kernel: KernelInfo) -> Any:
     return mod
 
 
+_MACHINES: dict[tuple[str, int], Machine] = {}
+
+
+def device_machine(artifact: Artifact) -> Machine:
+    """SMs of the current device and the blocks of the artifact's chunked kernels that fit on
+    one SM at once (the smallest over those kernels), cached per artifact and device."""
+    cp = _cupy()
+    device = int(cp.cuda.Device().id)
+    key = (artifact.hash or str(id(artifact)), device)
+    hit = _MACHINES.get(key)
+    if hit is not None:
+        return hit
+    attrs = cp.cuda.Device(device).attributes
+    sms = int(attrs.get("MultiProcessorCount", 1))
+    per_sm = []
+    for k in artifact.kernels:
+        if not k.chunked_per_call:
+            continue
+        func = _module(artifact, k).get_function(k.name)
+        try:
+            n = int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                func.ptr, k.threads, k.shared_bytes))
+        except Exception:
+            n = min(int(attrs.get("MaxBlocksPerMultiprocessor", 16)),
+                    int(attrs.get("MaxThreadsPerMultiProcessor", 2048)) // k.threads)
+        per_sm.append(max(1, n))
+    machine = Machine(sms=max(1, sms), blocks_per_sm=min(per_sm) if per_sm else 1)
+    _MACHINES[key] = machine
+    return machine
+
+
 # --- the kernel ------------------------------------------------------------------------------
 
 @dataclass
@@ -199,6 +243,8 @@ class Launch:
     stream: Any = None
     device: int | None = None
     workspaces: dict[str, Any] = field(default_factory=dict)
+    #: the values of the size arguments (C, N, L and the per-call time_chunk when taken)
+    sizes: dict[str, int] = field(default_factory=dict)
     _bound: list[tuple[KernelInfo, Any, tuple[int, int, int], tuple[Any, ...]]] = field(
         default_factory=list, repr=False)
 
@@ -296,11 +342,14 @@ class CudaKernel:
         run.launch()
         return run.result()
 
-    def prepare(self, stream: Any = None, L: int | None = None, **arrays: Any) -> Launch:
+    def prepare(self, stream: Any = None, L: int | None = None, time_chunk: int | None = None,
+                **arrays: Any) -> Launch:
         """Check, marshal and bind the arrays; allocate the outputs.  Launches nothing.
 
         Names, dtypes and shapes are checked before CuPy is touched, so a wrong call raises
-        :class:`RecurrenceError` naming the array without any device work.
+        :class:`RecurrenceError` naming the array without any device work.  ``time_chunk``
+        forces the chunk length of kernels that take one per call (default: the manifest's
+        rule for this device).
         """
         kind, template = _result_kind(arrays)
         specs = self.check(L=L, **arrays)
@@ -313,7 +362,7 @@ class CudaKernel:
                 stream = _external_stream(torch.cuda.current_stream(template.device)
                                           .cuda_stream)
             device_arrays = {n: _to_cupy(n, v, self.cast) for n, v in arrays.items()}
-            run = self._bind(specs, device_arrays, kind, template, stream, L)
+            run = self._bind(specs, device_arrays, kind, template, stream, L, time_chunk)
         run.device = device
         return run
 
@@ -342,7 +391,8 @@ class CudaKernel:
         return specs
 
     def _bind(self, specs: list[ArgSpec], device_arrays: dict[str, Any], kind: str,
-              template: Any, stream: Any, L: int | None = None) -> Launch:
+              template: Any, stream: Any, L: int | None = None,
+              time_chunk: int | None = None) -> Launch:
         cp = _cupy()
         with _stream_ctx(stream):
             m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, L=L, vector=self.vector)
@@ -364,17 +414,26 @@ class CudaKernel:
                      outputs=outputs, kind=kind, template=template, stream=stream)
         if C * N == 0 or L == 0:
             return run  # nothing to compute: empty outputs, no launch
-        sizes = {"C": np.int64(C), "N": np.int64(N), "L": np.int64(L)}
+        per_call = any(k.chunked_per_call for k in self.artifact.kernels)
+        if time_chunk is not None and (not per_call or int(time_chunk) < 1):
+            raise LaunchError(f"time_chunk={time_chunk!r}: the kernels take no chunk length "
+                              "per call" if not per_call else "time_chunk must be positive")
+        machine = device_machine(self.artifact) if per_call and time_chunk is None \
+            else Machine(1, 1)
+        values = size_values(self.artifact.kernels[0].args, C, N, L, machine, time_chunk)
+        run.sizes = values
+        sizes = {name: np.int64(v) for name, v in values.items()}
         workspaces: dict[str, Any] = {}
         for k in self.artifact.kernels:
             for a in k.args_with_role("workspace"):
                 if a.name not in workspaces:
-                    workspaces[a.name] = cp.zeros(a.workspace_size(C, N, L), dtype=cp.float32)
+                    workspaces[a.name] = cp.zeros(a.workspace_size(C, N, L, values),
+                                                  dtype=cp.float32)
         run.workspaces = workspaces
         for k in self.artifact.kernels:
-            if not k.launched(L):
+            if not k.launched(L, values):
                 continue
-            grid = k.grid(C, N, L)
+            grid = k.grid(C, N, L, values)
             args: list[Any] = []
             for a in k.args:
                 if a.role in ("input", "param"):

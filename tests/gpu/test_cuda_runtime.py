@@ -103,6 +103,38 @@ def test_affine_scan_sizes(name: str, C: int, L: int) -> None:
     assert err <= TOL, f"{name} C={C} L={L}: max rel err {err:.2e}"
 
 
+BLELLOCH_AFFINE = [n for n in AFFINE_ARTS if ARTIFACTS[n].get("strategy") == "blelloch"]
+
+
+@pytest.mark.parametrize(("C", "L"), [(1, 2**20), (16, 100_003), (1024, 16384)])
+@pytest.mark.parametrize("name", BLELLOCH_AFFINE)
+def test_chunk_length_chosen_per_call(name: str, C: int, L: int) -> None:
+    """The same inputs scanned with the device's choice, unchunked (one block a sequence) and
+    with short chunks (reduce, carry, rescan) all match the float64 reference."""
+    from explorer.runtime.artifact import choose_time_chunk
+    from explorer.runtime.cuda import device_machine
+
+    kernel = _kernel(name)
+    a, b = random_problem(C, L, seed=C + L, xp=cp)
+    ref = affine_scan_f64(a, b, xp=cp)
+    rule = kernel.artifact.kernels[0].args[-1].chunk_rule
+    assert rule is not None
+    machine = device_machine(kernel.artifact)
+    assert machine.sms >= 1 and machine.blocks_per_sm >= 1
+    for forced in (None, L, rule.tile, 3 * rule.tile):
+        run = kernel.prepare(time_chunk=forced, a=a, b=b)
+        run.launch()
+        h = run.result()
+        chosen = run.sizes["time_chunk"]
+        launched = [k.name for k, *_ in run._bound]
+        expect = choose_time_chunk(rule, C, 1, L, machine) if forced is None else forced
+        assert chosen == expect
+        # unchunked: the scan kernel alone; chunked: reduce, carry, scan
+        assert len(launched) == (1 if chosen >= L else 3), launched
+        err = max_rel_error(h, ref, xp=cp)
+        assert err <= TOL, f"{name} C={C} L={L} time_chunk={chosen}: max rel err {err:.2e}"
+
+
 @pytest.mark.parametrize("name", AFFINE_ARTS)
 def test_affine_initial_state_and_batch_broadcast(name: str) -> None:
     rng = np.random.default_rng(3)

@@ -116,19 +116,25 @@ def test_blelloch_cuda_ir() -> None:
     assert "memref<265xf32, #gpu.address_space<workgroup>>" in t
     assert built.sequences_per_block == 1 and built.block == (256, 1, 1)
     assert built.static_shared_bytes == (2 * 1056 + 2 * 265) * 4 and built.shared_bytes == 0
+    # the chunk length is the last argument, chosen per call by the rule it carries
     assert [a["name"] for a in built.args] == ["a", "b", "h0", "h", "C", "N", "L",
-                                               "chunk_aggregates", "chunk_carries"]
+                                               "chunk_aggregates", "chunk_carries", "time_chunk"]
     assert [a["role"] for a in built.args] == ["input", "input", "h0", "output", "size", "size",
-                                               "size", "workspace", "workspace"]
-    assert [(a["per_chunk"], a["time_chunk"]) for a in built.args[-2:]] == [(2, 16384),
-                                                                            (1, 16384)]
+                                               "size", "workspace", "workspace", "size"]
+    assert [(a["per_chunk"], a["time_chunk"]) for a in built.args[-3:-1]] == [
+        (2, "time_chunk"), (1, "time_chunk")]
+    assert built.args[-1]["dtype"] == "int64"
+    assert built.args[-1]["chunk_rule"] == {"tile": 1024, "min_tiles": 16, "fill": 1.0}
     assert [k.manifest() for k in built.kernels] == [
         {"name": "scanweaver_blelloch_reduce", "block": [256, 1, 1], "sequences_per_block": 1,
-         "shared_bytes": 0, "time_chunk": 16384, "launch_when_longer_than": 16384},
+         "shared_bytes": 0, "time_chunk": "time_chunk",
+         "launch_when_longer_than": "time_chunk"},
         {"name": "scanweaver_blelloch_carry", "block": [256, 1, 1], "sequences_per_block": 1,
-         "shared_bytes": 0, "launch_when_longer_than": 16384},
+         "shared_bytes": 0, "launch_when_longer_than": "time_chunk"},
         {"name": "scanweaver_blelloch", "block": [256, 1, 1], "sequences_per_block": 1,
-         "shared_bytes": 0, "time_chunk": 16384}]
+         "shared_bytes": 0, "time_chunk": "time_chunk"}]
+    # the kernels read the chunk length from their last argument: no constant 16384 left
+    assert "16384" not in t
 
 
 def test_sequential_cuda_ir() -> None:
@@ -193,12 +199,15 @@ def test_kernel_grid_rule() -> None:
     reduce, carry, scan = kernel_specs(form_of(SCALAR), o)
     assert o.time_chunk == 256
     for C, N, L in [(3, 1, 1), (3, 2, 256), (3, 2, 257), (1, 1, 10_000)]:
-        chunks = -(-L // 256)
-        assert scan.grid(C, N, L) == C * N * chunks
-        assert reduce.grid(C, N, L) == (C * N * chunks if L > 256 else 0)
-        assert carry.grid(C, N, L) == (C * N if L > 256 else 0)
-        for k in (reduce, carry, scan):
-            assert grid_x(k.manifest(), C, N, L) == k.grid(C, N, L)
+        for T in (256, 512, L):
+            chunks = -(-L // T)
+            assert scan.grid(C, N, L, T) == C * N * chunks
+            assert reduce.grid(C, N, L, T) == (C * N * chunks if L > T else 0)
+            assert carry.grid(C, N, L, T) == (C * N if L > T else 0)
+            for k in (reduce, carry, scan):
+                assert grid_x(k.manifest(), C, N, L, {"time_chunk": T}) == k.grid(C, N, L, T)
+    with pytest.raises(ValueError, match="time_chunk"):
+        scan.grid(1, 1, 10)
     seq = kernel_specs(form_of(SCALAR), validate("sequential", "cuda", block_size=64))[0]
     assert seq.grid(130, 1, 5) == 3 and seq.time_chunk is None
 

@@ -20,7 +20,15 @@ import pytest
 from explorer.codegen import build_module, lower, validate
 from explorer.frontend import Recurrence
 from explorer.passes.affine import decompose
-from explorer.runtime.cpu import grid_x, launch_cpu_kernels, run_cpu, workspace_size
+from explorer.runtime.artifact import Machine
+from explorer.runtime.cpu import (
+    CPU_MACHINE,
+    call_sizes,
+    grid_x,
+    launch_cpu_kernels,
+    run_cpu,
+    workspace_size,
+)
 
 SCALAR = "h[t] = a[t] * h[t-1] + b[t]"
 MAMBA = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
@@ -33,6 +41,8 @@ GATED = ("h[t] = sigmoid(z[t]) * h[t-1] + softplus(x[t])\n"
 STRATEGIES = ["sequential", "blelloch"]
 LENGTHS = [1, 2, 3, 7, 1000, 2**20]
 RTOL = 1e-4
+#: tiles of 64 (32 threads x 2 elements), chunks as short as one tile
+SMALL_TILES: dict[str, int] = {"block_size": 32, "ept": 2, "chunk_tiles": 1}
 
 
 @cache
@@ -58,10 +68,10 @@ def run(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int,
 
 
 def launched(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int, L: int,
-             **kw: int) -> dict[str, np.ndarray]:
+             *, machine: Machine = CPU_MACHINE, **kw: int) -> dict[str, np.ndarray]:
     """The kernels launched one by one from the manifest (the reference launcher)."""
     module, _, kernels = built_for(text, strategy, **kw)
-    return launch_cpu_kernels(module, kernels, arrays, C, N, L)
+    return launch_cpu_kernels(module, kernels, arrays, C, N, L, machine=machine)
 
 
 def close(out: np.ndarray, ref: np.ndarray) -> None:
@@ -212,18 +222,20 @@ def mamba_ref(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("L", LENGTHS)
 def test_chunked_blelloch_through_the_manifest(L: int) -> None:
-    # tiles of 32 x 2 and chunks of one tile: every L > 64 crosses chunk boundaries, ragged
-    kw = {"block_size": 32, "ept": 2, "chunk_tiles": 1}
+    # tiles of 32 x 2 and, on a machine of 256 block slots, chunks of one tile up to L = 3000:
+    # every L > 64 crosses chunk boundaries, ragged
+    kw = SMALL_TILES
     rng = np.random.default_rng(L + 5)
     C = channels(L)
     a, b, h0 = f32(rng, (C, L), 0.5, 1.0), f32(rng, (C, L)), f32(rng, (C,))
     ref = ref_scalar(a.astype(np.float64), b.astype(np.float64), h0)
-    close(launched(SCALAR, "blelloch", {"a": a, "b": b, "h0": h0}, C, 1, L, **kw)["h"], ref)
+    close(launched(SCALAR, "blelloch", {"a": a, "b": b, "h0": h0}, C, 1, L, machine=BIG,
+                   **kw)["h"], ref)
     close(run(SCALAR, "blelloch", {"a": a, "b": b, "h0": h0}, C, 1, L, **kw)["h"], ref)
     if L <= 1000:
         N = 3
         v = mamba_inputs(rng, C, N, L)
-        out = launched(MAMBA, "blelloch", v, C, N, L, **kw)
+        out = launched(MAMBA, "blelloch", v, C, N, L, machine=BIG, **kw)
         h, y = mamba_ref(v)
         close(out["h"], h)
         close(out["y"], y)
@@ -260,7 +272,80 @@ def test_workspace_sizes_and_launch_rule() -> None:
     _, args, kernels = built_for(SCALAR, "blelloch", 32, 2, 1)
     ws = [a for a in args if a["role"] == "workspace"]
     assert [a["name"] for a in ws] == ["chunk_aggregates", "chunk_carries"]
-    assert args[-3]["name"] == "L"                     # workspaces come after C, N, L
-    assert [workspace_size(a, 3, 2, 65) for a in ws] == [3 * 2 * 2 * 2, 3 * 2 * 2 * 1]
-    assert [grid_x(k, 3, 2, 64) for k in kernels] == [0, 0, 6]
-    assert [grid_x(k, 3, 2, 65) for k in kernels] == [12, 6, 12]
+    assert args[-4]["name"] == "L"                     # workspaces come after C, N, L
+    assert args[-1]["name"] == "time_chunk" and args[-1]["role"] == "size"   # then the chunk
+    chunk = {"time_chunk": 64}
+    assert [workspace_size(a, 3, 2, 65, chunk) for a in ws] == [3 * 2 * 2 * 2, 3 * 2 * 2 * 1]
+    assert [grid_x(k, 3, 2, 64, chunk) for k in kernels] == [0, 0, 6]
+    assert [grid_x(k, 3, 2, 65, chunk) for k in kernels] == [12, 6, 12]
+    with pytest.raises(ValueError, match="per call"):
+        grid_x(kernels[0], 3, 2, 65)
+
+
+# -- the chunk length chosen per call ------------------------------------------------------------
+# tiles of 64 (32 threads x 2); CPU_MACHINE has 4 x 2 = 8 block slots, BIG has 256
+BIG = Machine(sms=64, blocks_per_sm=4)
+
+
+def test_chunk_rule_of_the_host_machine() -> None:
+    _, args, _ = built_for(SCALAR, "blelloch", 32, 2, 1)
+    # 8 or more sequences fill the 8 slots: one chunk, the whole sequence in whole tiles
+    assert call_sizes(args, 8, 1, 1000)["time_chunk"] == 1024
+    assert call_sizes(args, 2, 4, 100)["time_chunk"] == 128
+    # fewer: the fewest chunks that give 8 blocks (ceil(8 / 3) = 3 chunks of 6 tiles)
+    assert call_sizes(args, 3, 1, 1000)["time_chunk"] == 6 * 64
+    assert call_sizes(args, 1, 1, 1000)["time_chunk"] == 2 * 64
+    # a short sequence is not cut below one tile; chunk_tiles is the shortest chunk
+    assert call_sizes(args, 1, 1, 7)["time_chunk"] == 64
+    _, args16, _ = built_for(SCALAR, "blelloch", 32, 2, 16)
+    assert call_sizes(args16, 1, 1, 2000)["time_chunk"] == 16 * 64     # not 4 tiles
+    assert call_sizes(args, 1, 1, 1000, time_chunk=320)["time_chunk"] == 320
+    # on a machine with 256 slots 8 sequences are cut again
+    assert call_sizes(args, 8, 1, 1000, BIG)["time_chunk"] == 64
+
+
+def companion_ref(a: np.ndarray, c: np.ndarray, x: np.ndarray, h0: np.ndarray) -> np.ndarray:
+    h = np.empty(a.shape)
+    h1, h2 = h0.astype(np.float64), np.zeros(a.shape[0])
+    for t in range(a.shape[-1]):
+        h1, h2 = a[:, t] * h1 + c[:, t] * h2 + x[:, t], h1
+        h[:, t] = h1
+    return h
+
+
+@pytest.mark.parametrize("L", LENGTHS)
+@pytest.mark.parametrize("path", ["chunked", "unchunked"])
+def test_chunked_and_unchunked_paths(L: int, path: str) -> None:
+    """The same artifacts and inputs, on a machine the sequences fill (one block each, the
+    chunk kernels skipped) and on one they do not (chunks, carries): both match float64."""
+    machine = Machine(1, 1) if path == "unchunked" else BIG
+    rng = np.random.default_rng(L + 17)
+    C = channels(L)
+    _, args, kernels = built_for(SCALAR, "blelloch", **SMALL_TILES)
+    T = call_sizes(args, C, 1, L, machine)["time_chunk"]
+    launched_kernels = [k["name"] for k in kernels
+                        if grid_x(k, C, 1, L, {"time_chunk": T}) > 0]
+    if path == "unchunked" or L <= 64:
+        assert T >= L and launched_kernels == ["scanweaver_blelloch"]
+    else:
+        assert T < L and len(launched_kernels) == 3
+    a, b, h0 = f32(rng, (C, L), 0.5, 1.0), f32(rng, (C, L)), f32(rng, (C,))
+    ref = ref_scalar(a.astype(np.float64), b.astype(np.float64), h0)
+    close(launched(SCALAR, "blelloch", {"a": a, "b": b, "h0": h0}, C, 1, L,
+                   machine=machine, **SMALL_TILES)["h"], ref)
+    # the entry function of the host module takes the same choice
+    module, args = compiled(SCALAR, "blelloch", **SMALL_TILES)
+    close(run_cpu(module, args, {"a": a, "b": b, "h0": h0}, C, 1, L, machine=machine)["h"], ref)
+    # dense 2 x 2 (companion) state
+    a, c, x = f32(rng, (C, L), 0.2, 0.6), f32(rng, (C, L), -0.3, 0.3), f32(rng, (C, L))
+    out = launched(COMPANION, "blelloch", {"a": a, "c": c, "x": x, "h0": h0}, C, 1, L,
+                   machine=machine, **SMALL_TILES)
+    close(out["h"], companion_ref(a, c, x, h0))
+    # diagonal state with a readout over the lanes
+    if L <= 1000 or path == "chunked":
+        N = 3
+        v = mamba_inputs(rng, C, N, L)
+        out = launched(MAMBA, "blelloch", v, C, N, L, machine=machine, **SMALL_TILES)
+        h, y = mamba_ref(v)
+        close(out["h"], h)
+        close(out["y"], y)

@@ -284,3 +284,56 @@ def test_chunked_manifest_errors(edit: Any, match: str) -> None:
     edit(m)
     with pytest.raises(ArtifactError, match=match):
         validate_manifest(m)
+
+
+def _per_call() -> dict[str, Any]:
+    """The chunked manifest with the chunk length chosen per call (the Blelloch kernels')."""
+    m = _chunked()
+    for k in m["kernels"]:
+        k["args"][-1]["time_chunk"] = "time_chunk"
+        k["args"].append({"name": "time_chunk", "role": "size", "dtype": "int64",
+                          "chunk_rule": {"tile": 1024, "min_tiles": 2, "fill": 1.0}})
+        k["time_chunk"] = "time_chunk"
+    m["kernels"][0]["launch_when_longer_than"] = "time_chunk"
+    return m
+
+
+def test_time_chunk_chosen_per_call() -> None:
+    from explorer.runtime.artifact import ChunkRule, Machine, choose_time_chunk, size_values
+
+    reduce, scan = validate_manifest(_per_call())
+    assert reduce.chunked_per_call and scan.chunked_per_call
+    arg = scan.args[-1]
+    assert arg.chunk_rule == ChunkRule(tile=1024, min_tiles=2, fill=1.0)
+    assert arg.as_dict()["chunk_rule"] == {"tile": 1024, "min_tiles": 2, "fill": 1.0}
+    gpu = Machine(sms=132, blocks_per_sm=16)            # 2112 block slots
+    # many sequences: the whole sequence per block, the reduce kernel skipped
+    sizes = size_values(scan.args, 4096, 1, 65536, gpu)
+    assert sizes["time_chunk"] == 65536
+    assert not reduce.launched(65536, sizes) and scan.grid(4096, 1, 65536, sizes)[0] == 4096
+    assert scan.args_with_role("workspace")[0].workspace_size(4096, 1, 65536, sizes) == 4096 * 2
+    # few: the fewest chunks that reach 2112 blocks (ceil(2112 / 16) = 132 per sequence)
+    sizes = size_values(scan.args, 16, 1, 1 << 20, gpu)
+    assert sizes["time_chunk"] == 8 * 1024                # 1024 tiles / 132 -> 8 tiles
+    assert reduce.launched(1 << 20, sizes) and scan.grid(16, 1, 1 << 20, sizes)[0] == 16 * 128
+    # ragged L rounds the unchunked length up to whole tiles; min_tiles bounds the chunk
+    assert choose_time_chunk(arg.chunk_rule, 4096, 1, 1000, gpu) == 1024
+    assert choose_time_chunk(arg.chunk_rule, 1, 1, 1 << 26, gpu) == 32 * 1024
+    assert choose_time_chunk(arg.chunk_rule, 1, 1, 3000, gpu) == 2 * 1024
+    assert size_values(scan.args, 1, 1, 5, gpu, time_chunk=7)["time_chunk"] == 7
+    with pytest.raises(ArtifactError, match="per call"):
+        scan.grid(16, 1, 1 << 20)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m["kernels"][1]["args"].pop(), "no size argument"),
+    (lambda m: m["kernels"][1]["args"][-1].pop("chunk_rule"), "chunk_rule"),
+    (lambda m: m["kernels"][1]["args"][-1]["chunk_rule"].update(fill=0), "fill"),
+    (lambda m: m["kernels"][1]["args"][-1]["chunk_rule"].update(tile=0), "tile"),
+    (lambda m: m["kernels"][1].update(time_chunk="T"), "time_chunk"),
+])
+def test_per_call_manifest_errors(edit: Any, match: str) -> None:
+    m = _per_call()
+    edit(m)
+    with pytest.raises(ArtifactError, match=match):
+        validate_manifest(m)
