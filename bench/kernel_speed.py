@@ -67,6 +67,8 @@ VARIANTS: list[tuple[str, str, str, dict[str, int]]] = [
 ]
 
 SIZES = [(4096, 1024), (16, 2**20), (131072, 2048), (1, 2**26), (1024, 16384), (4096, 65536)]
+#: more sizes for the chunk-length section: where unchunked starts to pay
+THRESHOLD_SIZES = [(256, 131072), (512, 65536), (768, 32768)]
 
 
 # -- compile (needs MLIR) ----------------------------------------------------------------------
@@ -261,7 +263,7 @@ def _chunk_choices(r: Runner, C: int, L: int) -> list[tuple[str, int]]:
     tiles = -(-L // rule.tile)
     out = [("rule", r.rule.choose(C, 1, L, r.machine)), ("unchunked", tiles * rule.tile),
            ("fixed 8192", 8192)]
-    for f in (0.25, 0.5, 1, 2, 4):
+    for f in (0.5, 1, 2, 4):
         chunks = max(1, -(-int(f * r.machine.slots) // C))
         T = rule.tile * max(1, -(-tiles // chunks))
         out.append((f"{f:g}x slots", T))
@@ -277,7 +279,7 @@ def chunk_section(ref_mod: Any, runner: Runner, rng: Any) -> None:
           f"{runner.rule}")
     print(f"{'size':>14s} {'choice':12s} {'T':>9s} {'blocks':>8s} {'kernels':>7s} {'ms':>9s} "
           f"{'copy ms':>8s} {'ratio':>6s} {'rel err':>8s}")
-    for C, L in SIZES:
+    for C, L in SIZES + THRESHOLD_SIZES:
         a = rng.uniform(0.5, 1.0, (C, L), dtype=cp.float32)
         b = rng.uniform(-1.0, 1.0, (C, L), dtype=cp.float32)
         ref = cp.empty((C, L), dtype=cp.float64)

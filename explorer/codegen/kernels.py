@@ -101,9 +101,12 @@ READOUT_CHUNK_TILES = 16
 GRID_SUFFIX = "_grid"
 #: the per-call chunk length argument of the Blelloch kernels (a size, after the workspaces)
 TIME_CHUNK = "time_chunk"
-#: chunk rule: blocks wanted, in units of the device's resident-block slots (SMs x blocks/SM);
-#: the sequences alone reaching this many blocks run unchunked
-CHUNK_FILL = 1.0
+#: chunk rule, in units of the device's resident-block slots (SMs x blocks/SM): blocks wanted
+#: when chunking, and the sequences from which each runs whole in one block (measured on an
+#: H200, bench/kernel_speed.py: 1024 sequences, 0.48 of its slots, ran at 0.83 of copy bandwidth
+#: unchunked against 0.50 chunked; 16 sequences need chunks)
+CHUNK_FILL = 2.0
+UNCHUNKED_FROM = 0.4
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,8 @@ def kernel_args(form: Any, options: Options | None = None) -> list[dict[str, Any
 def chunk_rule(options: Options) -> dict[str, Any]:
     """The manifest's rule for the per-call ``time_chunk`` (whole tiles; when chunking, never
     fewer than ``chunk_tiles`` tiles a chunk)."""
-    return {"tile": options.tile, "min_tiles": options.chunk_tiles, "fill": CHUNK_FILL}
+    return {"tile": options.tile, "min_tiles": options.chunk_tiles, "fill": CHUNK_FILL,
+            "unchunked_from": UNCHUNKED_FROM}
 
 
 #: workspace of the chunked Blelloch scan: per (sequence, chunk), the chunk's aggregate

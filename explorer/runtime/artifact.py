@@ -19,11 +19,13 @@ longer), and an argument of role ``workspace`` is a zeroed float32 scratch buffe
 Chunk length chosen per call: ``time_chunk`` and ``launch_when_longer_than`` (of a kernel or a
 workspace) are either an integer fixed at compile time or the *name* of a size argument whose
 value the runtime chooses for each call.  The only such size argument is ``time_chunk`` (int64,
-after the workspaces); it carries its rule as ``chunk_rule = {"tile", "min_tiles", "fill"}``
-(see :func:`choose_time_chunk`): with ``slots = SMs * resident blocks per SM`` of the machine,
+after the workspaces); it carries its rule as
+``chunk_rule = {"tile", "min_tiles", "fill", "unchunked_from"}`` (see :func:`choose_time_chunk`):
+with ``slots = SMs * resident blocks per SM`` of the machine,
 
-* ``C * N >= fill * slots``: no chunking, ``time_chunk = tile * ceil(L / tile)`` (>= L), so the
-  kernels launched only when ``L > time_chunk`` are skipped and one block scans a sequence;
+* ``C * N >= unchunked_from * slots``: no chunking, ``time_chunk = tile * ceil(L / tile)``
+  (>= L), so the kernels launched only when ``L > time_chunk`` are skipped and one block scans
+  a sequence (inputs read once);
 * otherwise the fewest chunks per sequence that give ``fill * slots`` blocks:
   ``chunks = ceil(fill * slots / (C * N))`` and
   ``time_chunk = tile * max(min_tiles, ceil(ceil(L / tile) / chunks))``.
@@ -77,24 +79,33 @@ class ChunkRule:
 
     tile: int           # steps one block scans per tile; chunks are whole tiles
     min_tiles: int = 1  # shortest chunk, in tiles, when chunking
-    fill: float = 1.0   # blocks wanted, in units of the machine's resident-block slots
+    fill: float = 1.0   # blocks wanted when chunking, in units of the machine's block slots
+    #: sequences (in units of block slots) from which each runs whole in one block;
+    #: None: the same as ``fill``
+    unchunked_from: float | None = None
+
+    @property
+    def threshold(self) -> float:
+        return self.fill if self.unchunked_from is None else self.unchunked_from
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tile": self.tile, "min_tiles": self.min_tiles, "fill": self.fill}
+        return {"tile": self.tile, "min_tiles": self.min_tiles, "fill": self.fill,
+                "unchunked_from": self.threshold}
 
     def choose(self, C: int, N: int, L: int, machine: Machine) -> int:
         return choose_time_chunk(self, C, N, L, machine)
 
 
 def choose_time_chunk(rule: ChunkRule, C: int, N: int, L: int, machine: Machine) -> int:
-    """The chunk length for one call: the whole sequence (rounded up to tiles) when the
-    sequences alone fill ``rule.fill`` times the machine's block slots, else the fewest chunks
-    per sequence that do (never shorter than ``rule.min_tiles`` tiles)."""
+    """The chunk length for one call: the whole sequence (rounded up to tiles) when there are
+    at least ``rule.unchunked_from`` times the machine's block slots of sequences, else the
+    fewest chunks per sequence that give ``rule.fill`` times the slots in blocks (never shorter
+    than ``rule.min_tiles`` tiles)."""
     tiles = max(1, -(-L // rule.tile))
     sequences = max(1, C * N)
-    want = max(1, math.ceil(rule.fill * machine.slots))
-    if sequences >= want:
+    if sequences >= max(1, math.ceil(rule.threshold * machine.slots)):
         return tiles * rule.tile
+    want = max(1, math.ceil(rule.fill * machine.slots))
     chunks = -(-want // sequences)
     return rule.tile * max(rule.min_tiles, -(-tiles // chunks))
 
@@ -297,14 +308,19 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
 
 def _parse_rule(raw: Any, where: str) -> ChunkRule:
     if not isinstance(raw, Mapping):
-        raise ArtifactError(f"{where}: needs chunk_rule {{tile, min_tiles, fill}}, "
+        raise ArtifactError(f"{where}: needs chunk_rule {{tile, min_tiles, fill, "
+                            "unchunked_from}}, "
                             f"got {raw!r}")
     tile = _positive(raw.get("tile"), f"{where}: chunk_rule tile")
     min_tiles = _positive(raw.get("min_tiles", 1), f"{where}: chunk_rule min_tiles")
     fill = raw.get("fill", 1.0)
-    if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not fill > 0:
-        raise ArtifactError(f"{where}: chunk_rule fill must be a positive number, got {fill!r}")
-    return ChunkRule(tile=tile, min_tiles=min_tiles, fill=float(fill))
+    unchunked = raw.get("unchunked_from", fill)
+    for key, v in (("fill", fill), ("unchunked_from", unchunked)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ArtifactError(f"{where}: chunk_rule {key} must be a positive number, "
+                                f"got {v!r}")
+    return ChunkRule(tile=tile, min_tiles=min_tiles, fill=float(fill),
+                     unchunked_from=float(unchunked))
 
 
 def _chunk_value(value: Any, what: str) -> int | str:

@@ -8,8 +8,8 @@ Workspace arguments (``role: "workspace"``) are allocated as the GPU runtime doe
 ``C * N * ceil(L / time_chunk) * per_chunk`` zero-initialised floats.
 
 A ``time_chunk`` chosen per call (the size argument of that name and its ``chunk_rule``) is
-chosen as the CUDA runtime does, for a fixed machine description, :data:`CPU_MACHINE` (4 SMs,
-2 resident blocks each: with the default rule, 8 or more sequences run unchunked, fewer are cut
+chosen as the CUDA runtime does, for a fixed machine description, :data:`CPU_MACHINE` (8 SMs,
+4 resident blocks each: with the default rule, 13 or more sequences run unchunked, fewer are cut
 into chunks), unless the caller passes another ``machine`` or forces ``time_chunk``.
 
 ``launch_cpu_kernels`` is the reference launcher of the manifest: it calls the host version of
@@ -40,7 +40,7 @@ _ENGINES: OrderedDict[str, tuple[Any, Any, Any, str | None]] = OrderedDict()
 _ENGINE_LIMIT = 8
 _LOCK = threading.Lock()
 #: the machine the host run pretends to be when it picks a per-call time_chunk
-CPU_MACHINE = Machine(sms=4, blocks_per_sm=2)
+CPU_MACHINE = Machine(sms=8, blocks_per_sm=4)
 
 
 def _engine(text: str, entry: str | None, opt_level: int) -> tuple[Any, str]:
@@ -100,7 +100,9 @@ def call_sizes(args: Sequence[Mapping[str, Any]], C: int, N: int, L: int,
                 sizes[a["name"]] = int(time_chunk)
                 continue
             r = a["chunk_rule"]
-            rule = ChunkRule(int(r["tile"]), int(r.get("min_tiles", 1)), float(r.get("fill", 1)))
+            fill = float(r.get("fill", 1))
+            rule = ChunkRule(int(r["tile"]), int(r.get("min_tiles", 1)), fill,
+                             float(r.get("unchunked_from", fill)))
             sizes[a["name"]] = choose_time_chunk(rule, C, N, L, machine)
     return sizes
 

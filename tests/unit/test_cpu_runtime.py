@@ -283,25 +283,27 @@ def test_workspace_sizes_and_launch_rule() -> None:
 
 
 # -- the chunk length chosen per call ------------------------------------------------------------
-# tiles of 64 (32 threads x 2); CPU_MACHINE has 4 x 2 = 8 block slots, BIG has 256
+# tiles of 64 (32 threads x 2); CPU_MACHINE has 8 x 4 = 32 block slots, BIG has 256
 BIG = Machine(sms=64, blocks_per_sm=4)
 
 
 def test_chunk_rule_of_the_host_machine() -> None:
-    _, args, _ = built_for(SCALAR, "blelloch", 32, 2, 1)
-    # 8 or more sequences fill the 8 slots: one chunk, the whole sequence in whole tiles
-    assert call_sizes(args, 8, 1, 1000)["time_chunk"] == 1024
-    assert call_sizes(args, 2, 4, 100)["time_chunk"] == 128
-    # fewer: the fewest chunks that give 8 blocks (ceil(8 / 3) = 3 chunks of 6 tiles)
-    assert call_sizes(args, 3, 1, 1000)["time_chunk"] == 6 * 64
-    assert call_sizes(args, 1, 1, 1000)["time_chunk"] == 2 * 64
+    _, args, _ = built_for(SCALAR, "blelloch", **SMALL_TILES)
+    assert CPU_MACHINE.slots == 32
+    # 13 or more sequences (0.4 of the 32 slots): one chunk, the whole sequence in whole tiles
+    assert call_sizes(args, 13, 1, 1000)["time_chunk"] == 1024
+    assert call_sizes(args, 4, 4, 100)["time_chunk"] == 128
+    # fewer: the fewest chunks that give 64 blocks: ceil(64 / 3) = 22 chunks of 157 tiles
+    assert call_sizes(args, 3, 1, 10_000)["time_chunk"] == 8 * 64
+    assert call_sizes(args, 12, 1, 10_000)["time_chunk"] == 27 * 64      # 6 chunks
+    assert call_sizes(args, 1, 1, 10_000)["time_chunk"] == 3 * 64        # 64 chunks
     # a short sequence is not cut below one tile; chunk_tiles is the shortest chunk
     assert call_sizes(args, 1, 1, 7)["time_chunk"] == 64
     _, args16, _ = built_for(SCALAR, "blelloch", 32, 2, 16)
-    assert call_sizes(args16, 1, 1, 2000)["time_chunk"] == 16 * 64     # not 4 tiles
+    assert call_sizes(args16, 1, 1, 2000)["time_chunk"] == 16 * 64     # not 1 tile
     assert call_sizes(args, 1, 1, 1000, time_chunk=320)["time_chunk"] == 320
-    # on a machine with 256 slots 8 sequences are cut again
-    assert call_sizes(args, 8, 1, 1000, BIG)["time_chunk"] == 64
+    # on a machine with 256 slots 13 sequences are cut again (one tile each here)
+    assert call_sizes(args, 13, 1, 1000, BIG)["time_chunk"] == 64
 
 
 def companion_ref(a: np.ndarray, c: np.ndarray, x: np.ndarray, h0: np.ndarray) -> np.ndarray:

@@ -304,8 +304,9 @@ def test_time_chunk_chosen_per_call() -> None:
     reduce, scan = validate_manifest(_per_call())
     assert reduce.chunked_per_call and scan.chunked_per_call
     arg = scan.args[-1]
-    assert arg.chunk_rule == ChunkRule(tile=1024, min_tiles=2, fill=1.0)
-    assert arg.as_dict()["chunk_rule"] == {"tile": 1024, "min_tiles": 2, "fill": 1.0}
+    assert arg.chunk_rule == ChunkRule(tile=1024, min_tiles=2, fill=1.0, unchunked_from=1.0)
+    assert arg.as_dict()["chunk_rule"] == {"tile": 1024, "min_tiles": 2, "fill": 1.0,
+                                           "unchunked_from": 1.0}
     gpu = Machine(sms=132, blocks_per_sm=16)            # 2112 block slots
     # many sequences: the whole sequence per block, the reduce kernel skipped
     sizes = size_values(scan.args, 4096, 1, 65536, gpu)
@@ -323,12 +324,20 @@ def test_time_chunk_chosen_per_call() -> None:
     assert size_values(scan.args, 1, 1, 5, gpu, time_chunk=7)["time_chunk"] == 7
     with pytest.raises(ArtifactError, match="per call"):
         scan.grid(16, 1, 1 << 20)
+    # unchunked from 0.4 slots (845 sequences), chunks aiming at 2 x 2112 blocks
+    rule = ChunkRule(tile=1024, min_tiles=2, fill=2.0, unchunked_from=0.4)
+    assert choose_time_chunk(rule, 1024, 1, 16384, gpu) == 16384
+    assert choose_time_chunk(rule, 845, 1, 16384, gpu) == 16384
+    assert choose_time_chunk(rule, 844, 1, 16384, gpu) == 3 * 1024    # 6 chunks -> 3 tiles
+    assert choose_time_chunk(rule, 16, 1, 1 << 20, gpu) == 4 * 1024    # 264 chunks
 
 
 @pytest.mark.parametrize("edit, match", [
     (lambda m: m["kernels"][1]["args"].pop(), "no size argument"),
     (lambda m: m["kernels"][1]["args"][-1].pop("chunk_rule"), "chunk_rule"),
     (lambda m: m["kernels"][1]["args"][-1]["chunk_rule"].update(fill=0), "fill"),
+    (lambda m: m["kernels"][1]["args"][-1]["chunk_rule"].update(unchunked_from="x"),
+     "unchunked_from"),
     (lambda m: m["kernels"][1]["args"][-1]["chunk_rule"].update(tile=0), "tile"),
     (lambda m: m["kernels"][1].update(time_chunk="T"), "time_chunk"),
 ])
