@@ -39,8 +39,8 @@ Strategies:
   first two run only when ``L > time_chunk``. ``time_chunk`` is a kernel argument chosen by the
   runtime for each call (the manifest's ``chunk_rule``, see
   :func:`explorer.runtime.artifact.choose_time_chunk`): a whole sequence per block (12 bytes
-  an element, one kernel) when the sequences alone fill the GPU, else the fewest chunks that
-  do (the inputs are then read twice: 20 bytes an element).
+  an element, one kernel) when there are enough sequences to keep the GPU busy, else the
+  fewest chunks that give enough blocks (the inputs are then read twice: 20 bytes an element).
 
 Readouts ``y[t] = f(state, inputs)`` are computed with the state in the scan kernel when the
 recurrence has no lane axis. With a lane axis (``sum(C[t, n] * h[t, n])``) a readout needs all
@@ -102,11 +102,12 @@ GRID_SUFFIX = "_grid"
 #: the per-call chunk length argument of the Blelloch kernels (a size, after the workspaces)
 TIME_CHUNK = "time_chunk"
 #: chunk rule, in units of the device's resident-block slots (SMs x blocks/SM): blocks wanted
-#: when chunking, and the sequences from which each runs whole in one block (measured on an
-#: H200, bench/kernel_speed.py: 1024 sequences, 0.48 of its slots, ran at 0.83 of copy bandwidth
-#: unchunked against 0.50 chunked; 16 sequences need chunks)
+#: when chunking, and the sequences from which each runs whole in one block. Measured on an
+#: H200 (bench/kernel_speed.py, 2112 slots; ratio to copy, unchunked against the best chunked):
+#: 16 sequences 0.05 / 0.53, 256: 0.64 / 0.56, 512: 0.85 / 0.56, 1024: 0.83 / 0.52; chunked,
+#: 1 to 4 times the slots in blocks are within a few percent of each other
 CHUNK_FILL = 2.0
-UNCHUNKED_FROM = 0.4
+UNCHUNKED_FROM = 0.1
 
 
 @dataclass(frozen=True)

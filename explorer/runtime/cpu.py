@@ -8,7 +8,7 @@ Workspace arguments (``role: "workspace"``) are allocated as the GPU runtime doe
 ``C * N * ceil(L / time_chunk) * per_chunk`` zero-initialised floats.
 
 A ``time_chunk`` chosen per call (the size argument of that name and its ``chunk_rule``) is
-chosen as the CUDA runtime does, for a fixed machine description, :data:`CPU_MACHINE` (8 SMs,
+chosen as the CUDA runtime does, for a fixed machine description, :data:`CPU_MACHINE` (32 SMs,
 4 resident blocks each: with the default rule, 13 or more sequences run unchunked, fewer are cut
 into chunks), unless the caller passes another ``machine`` or forces ``time_chunk``.
 
@@ -40,7 +40,7 @@ _ENGINES: OrderedDict[str, tuple[Any, Any, Any, str | None]] = OrderedDict()
 _ENGINE_LIMIT = 8
 _LOCK = threading.Lock()
 #: the machine the host run pretends to be when it picks a per-call time_chunk
-CPU_MACHINE = Machine(sms=8, blocks_per_sm=4)
+CPU_MACHINE = Machine(sms=32, blocks_per_sm=4)
 
 
 def _engine(text: str, entry: str | None, opt_level: int) -> tuple[Any, str]:

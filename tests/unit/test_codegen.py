@@ -125,7 +125,7 @@ def test_blelloch_cuda_ir() -> None:
         (2, "time_chunk"), (1, "time_chunk")]
     assert built.args[-1]["dtype"] == "int64"
     assert built.args[-1]["chunk_rule"] == {"tile": 1024, "min_tiles": 16, "fill": 2.0,
-                                            "unchunked_from": 0.4}
+                                            "unchunked_from": 0.1}
     assert [k.manifest() for k in built.kernels] == [
         {"name": "scanweaver_blelloch_reduce", "block": [256, 1, 1], "sequences_per_block": 1,
          "shared_bytes": 0, "time_chunk": "time_chunk",

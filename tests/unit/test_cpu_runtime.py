@@ -222,7 +222,7 @@ def mamba_ref(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("L", LENGTHS)
 def test_chunked_blelloch_through_the_manifest(L: int) -> None:
-    # tiles of 32 x 2 and, on a machine of 256 block slots, chunks of one tile up to L = 3000:
+    # tiles of 32 x 2 and, on a machine of 256 block slots, chunks of one tile up to L = 1000:
     # every L > 64 crosses chunk boundaries, ragged
     kw = SMALL_TILES
     rng = np.random.default_rng(L + 5)
@@ -283,20 +283,20 @@ def test_workspace_sizes_and_launch_rule() -> None:
 
 
 # -- the chunk length chosen per call ------------------------------------------------------------
-# tiles of 64 (32 threads x 2); CPU_MACHINE has 8 x 4 = 32 block slots, BIG has 256
+# tiles of 64 (32 threads x 2); CPU_MACHINE has 32 x 4 = 128 block slots, BIG has 256
 BIG = Machine(sms=64, blocks_per_sm=4)
 
 
 def test_chunk_rule_of_the_host_machine() -> None:
     _, args, _ = built_for(SCALAR, "blelloch", **SMALL_TILES)
-    assert CPU_MACHINE.slots == 32
-    # 13 or more sequences (0.4 of the 32 slots): one chunk, the whole sequence in whole tiles
+    assert CPU_MACHINE.slots == 128
+    # 13 or more sequences (0.1 of the 128 slots): one chunk, the whole sequence in whole tiles
     assert call_sizes(args, 13, 1, 1000)["time_chunk"] == 1024
     assert call_sizes(args, 4, 4, 100)["time_chunk"] == 128
-    # fewer: the fewest chunks that give 64 blocks: ceil(64 / 3) = 22 chunks of 157 tiles
-    assert call_sizes(args, 3, 1, 10_000)["time_chunk"] == 8 * 64
-    assert call_sizes(args, 12, 1, 10_000)["time_chunk"] == 27 * 64      # 6 chunks
-    assert call_sizes(args, 1, 1, 10_000)["time_chunk"] == 3 * 64        # 64 chunks
+    # fewer: the fewest chunks that give 256 blocks: ceil(256 / 3) = 86 chunks of 157 tiles
+    assert call_sizes(args, 3, 1, 10_000)["time_chunk"] == 2 * 64
+    assert call_sizes(args, 12, 1, 10_000)["time_chunk"] == 8 * 64       # 22 chunks
+    assert call_sizes(args, 1, 1, 10_000)["time_chunk"] == 64            # 256 chunks
     # a short sequence is not cut below one tile; chunk_tiles is the shortest chunk
     assert call_sizes(args, 1, 1, 7)["time_chunk"] == 64
     _, args16, _ = built_for(SCALAR, "blelloch", 32, 2, 16)
