@@ -330,14 +330,16 @@ def _plan_text(opts: Any) -> str:
     if opts.strategy == "blelloch":
         E, B = opts.elements_per_thread, opts.block_size
         return (
-            f"each block scans a chunk of time_chunk = {opts.time_chunk} steps "
-            f"({opts.chunk_tiles} tiles of {B} threads x {E} elements):\n"
+            f"each block scans one chunk of a sequence in tiles of {B * E} steps ({B} threads x "
+            f"{E} elements):\n"
             f"  1. each thread composes its {E} consecutive elements sequentially in registers "
             f"({E - 1} combines)\n"
             f"  2. the Blelloch tree below runs over the {B} thread aggregates in shared memory\n"
             f"  3. each thread applies its exclusive prefix to its {E} elements\n"
-            f"when L > {opts.time_chunk}: reduce (one aggregate per chunk) -> carry (one block per "
-            "sequence scans the aggregates) -> scan each chunk from its carry")
+            "the chunk length is chosen per call: the whole sequence when there are enough "
+            "sequences to fill the GPU, else the fewest chunks (of at least "
+            f"{opts.time_chunk} steps) that do; then reduce (one aggregate per chunk) -> carry "
+            "(one block per sequence scans the aggregates) -> scan each chunk from its carry")
     return ("each warp stages 32 sequences x 32 time steps through shared memory, coalesced "
             "along time; one thread per sequence walks its row with the state in registers")
 
