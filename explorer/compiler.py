@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer import __version__
+from explorer.codegen.records import PassRecord
 from explorer.errors import OptionError
 from explorer.frontend.recurrence import Recurrence
 from explorer.groundtruth import arg_specs, h0_specs
@@ -48,16 +49,6 @@ class Stage:
 
     def as_text(self) -> str:
         return self.text
-
-
-@dataclass
-class PassRecord:
-    """One MLIR pass: its name, the IR after it, its time, and whether it changed the IR."""
-
-    name: str
-    ir: str
-    seconds: float
-    changed: bool
 
 
 @dataclass
@@ -298,7 +289,7 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     stages["mlir"] = Stage("mlir", built.text, time.perf_counter() - t0, kind="mlir")
 
     lowered = lower(built, opts)
-    passes = [PassRecord(p.name, p.ir, p.seconds, p.changed) for p in lowered.passes]
+    passes = list(lowered.passes)
     for i, p in enumerate(passes):
         name = p.name if p.name not in stages else f"{p.name} #{i}"
         stages[name] = Stage(name, p.ir, p.seconds, kind="mlir")

@@ -142,6 +142,16 @@ def _release() -> None:
             pass
 
 
+def _call(prepared: Prepared, cp: Any) -> tuple[Any, float]:
+    """One call of a prepared method, waited for: (its output, seconds)."""
+    t0 = time.perf_counter()
+    got = prepared.run()
+    if prepared.block is not None:
+        prepared.block(got)
+    cp.cuda.get_current_stream().synchronize()
+    return got, time.perf_counter() - t0
+
+
 def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
              flusher: Flusher | None) -> Record:
     import cupy as cp
@@ -154,22 +164,12 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
         rec.note = prepared.note
         check_s = 0.0
         if method.kind != "roofline":
-            t1 = time.perf_counter()
-            got = prepared.run()
-            if prepared.block is not None:
-                prepared.block(got)
-            cp.cuda.get_current_stream().synchronize()
-            check_s = time.perf_counter() - t1
+            got, check_s = _call(prepared, cp)
             rec.setup_s = time.perf_counter() - t0
             if check_s > opts.slow_s:
                 # the first call may have compiled something (torch.compile, jit): a second
                 # call says whether the launches themselves are slow
-                t1 = time.perf_counter()
-                got = prepared.run()
-                if prepared.block is not None:
-                    prepared.block(got)
-                cp.cuda.get_current_stream().synchronize()
-                check_s = time.perf_counter() - t1
+                got, check_s = _call(prepared, cp)
             if prepared.check is not None:
                 err = prepared.check()
             else:

@@ -17,7 +17,7 @@ __all__ = ["BuiltModule", "KernelSpec", "Lowered", "Options", "PassRecord", "bui
            "kernel_args", "lower", "source_digest", "tool_versions", "validate"]
 
 _LAZY = {"BuiltModule": "kernels", "KernelSpec": "kernels", "build_module": "kernels",
-         "kernel_args": "kernels", "Lowered": "pipeline", "PassRecord": "pipeline",
+         "kernel_args": "kernels", "Lowered": "pipeline", "PassRecord": "records",
          "lower": "pipeline"}
 
 

@@ -30,18 +30,8 @@ from mlir.passmanager import PassManager
 
 from explorer.codegen.kernels import BuiltModule
 from explorer.codegen.options import Options
+from explorer.codegen.records import PassRecord
 from explorer.errors import CompileError, Reproducer
-
-
-@dataclass
-class PassRecord:
-    """One pass: its name, the IR after it, how long it took and whether it changed the IR."""
-
-    name: str
-    ir: str
-    seconds: float
-    changed: bool
-    pipeline: str = ""     # the textual pipeline that ran it (``builtin.module(...)``)
 
 
 @dataclass
