@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed")
 def test_ruff_is_clean():
-    run = subprocess.run(["ruff", "check", "explorer", "tests", "bench", "notebooks"], cwd=ROOT, capture_output=True,
-                         text=True)
+    run = subprocess.run(["ruff", "check", "explorer", "tests", "bench", "notebooks"], cwd=ROOT,
+                         capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
