@@ -240,6 +240,18 @@ def _reps(ms_guess: float) -> int:
     return int(max(3, min(50, 300.0 / max(ms_guess, 1e-3))))
 
 
+def _scalar_problem(rng: Any, ref_mod: Any, C: int, L: int) -> tuple[Any, Any, Any]:
+    """Random inputs of the scalar scan on the device and their float64 states."""
+    import cupy as cp
+
+    a = rng.uniform(0.5, 1.0, (C, L), dtype=cp.float32)
+    b = rng.uniform(-1.0, 1.0, (C, L), dtype=cp.float32)
+    ref = cp.empty((C, L), dtype=cp.float64)
+    ref_mod.get_function("ref_scalar")(((C + 127) // 128,), (128,),
+                                       (a, b, ref, np.int64(C), np.int64(L)))
+    return a, b, ref
+
+
 def _copy_ms(nbytes: int) -> float:
     import cupy as cp
 
@@ -280,11 +292,7 @@ def chunk_section(ref_mod: Any, runner: Runner, rng: Any) -> None:
     print(f"{'size':>14s} {'choice':12s} {'T':>9s} {'blocks':>8s} {'kernels':>7s} {'ms':>9s} "
           f"{'copy ms':>8s} {'ratio':>6s} {'rel err':>8s}")
     for C, L in SIZES + THRESHOLD_SIZES:
-        a = rng.uniform(0.5, 1.0, (C, L), dtype=cp.float32)
-        b = rng.uniform(-1.0, 1.0, (C, L), dtype=cp.float32)
-        ref = cp.empty((C, L), dtype=cp.float64)
-        ref_mod.get_function("ref_scalar")(((C + 127) // 128,), (128,),
-                                           (a, b, ref, np.int64(C), np.int64(L)))
+        a, b, ref = _scalar_problem(rng, ref_mod, C, L)
         copy = _copy_ms(12 * C * L)
         for label, T in _chunk_choices(runner, C, L):
             args, outs = runner.bind({"a": a, "b": b}, C, 1, L, time_chunk=T)
@@ -317,11 +325,7 @@ def run_all(folder: Path, only: list[str] | None = None, chunks: bool = True) ->
     print(f"{'size':>14s} {'variant':18s} {'ms':>9s} {'copy ms':>8s} {'ratio':>6s} "
           f"{'rel err':>8s}")
     for C, L in SIZES:
-        a = rng.uniform(0.5, 1.0, (C, L), dtype=cp.float32)
-        b = rng.uniform(-1.0, 1.0, (C, L), dtype=cp.float32)
-        ref = cp.empty((C, L), dtype=cp.float64)
-        ref_mod.get_function("ref_scalar")(((C + 127) // 128,), (128,),
-                                           (a, b, ref, np.int64(C), np.int64(L)))
+        a, b, ref = _scalar_problem(rng, ref_mod, C, L)
         copy = _copy_ms(12 * C * L)
         for name, r in runners.items():
             if r.manifest["recurrence"] != SCALAR:

@@ -178,25 +178,15 @@ class _CpuRunner:
         self.compiled = compiled
 
     def __call__(self, L: int | None = None, **arrays: Any) -> Any:
-        import numpy as np
-
         from explorer.runtime.cpu import run_cpu
         from explorer.runtime.shapes import marshal
 
         c = self.compiled
         rec = c.recurrence
-        specs = arg_specs(rec)
-        h0 = {k: arrays.pop(k) for k in [s.name for s in h0_specs(rec)]
-              if k in arrays and k not in rec.inputs + rec.params}
-        m = marshal(specs, arrays, L=L, vector=rec.vector)
-        for spec in h0_specs(rec):
-            if spec.name in h0:
-                v = np.broadcast_to(np.asarray(h0[spec.name], dtype=np.float32),
-                                    (*m.batch, m.N) if rec.vector else m.batch)
-                m.arrays[spec.name] = np.ascontiguousarray(v.reshape((m.C, m.N) if rec.vector
-                                                                     else (m.C,)))
-            else:
-                m.arrays[spec.name] = np.zeros((m.C, m.N) if rec.vector else (m.C,), np.float32)
+        # initial states that were given broadcast like parameters; run_cpu zero-fills the rest
+        given_h0 = [s for s in h0_specs(rec)
+                    if s.name in arrays and s.name not in rec.inputs + rec.params]
+        m = marshal(arg_specs(rec) + given_h0, arrays, L=L, vector=rec.vector)
         raw = run_cpu(c.final_module, c.kernels[0]["args"], m.arrays, m.C, m.N, m.L)
         out = {name: m.unflatten(raw[name], c.form.output_is_lane(name))
                for name in c.form.outputs}

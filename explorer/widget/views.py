@@ -139,8 +139,6 @@ class RecurrenceView(View):
         text = recorded.text if recorded is not None and recorded.text else rec.text
         self.summary.value = plain_html(text)
         dot = getattr(recorded, "dot", None) if recorded is not None else None
-        if not dot and hasattr(rec, "dependence_dot"):
-            dot = rec.dependence_dot()
         self.graph.value = ("<div style='margin-top:6px'><b>Dependence graph</b> "
                             "(red edges read the past)</div>" + svg_or_message(dot))
 

@@ -118,6 +118,10 @@ def test_cpu_run_through_the_driver_matches_reference():
     h = c(a=a, b=b, device="cpu")
     assert h.shape == (3, 5, 77)
     np.testing.assert_allclose(h, ex.reference(AFFINE, a=a, b=b), rtol=1e-4, atol=1e-5)
+    # an initial state broadcasts like a parameter
+    h0 = rng.normal(size=(5,)).astype(np.float32)
+    np.testing.assert_allclose(c(a=a, b=b, h0=h0, device="cpu"),
+                               ex.reference(AFFINE, a=a, b=b, h0=h0), rtol=1e-4, atol=1e-5)
 
 
 #: fp32 against float64: the scan accumulates rounding over L steps; inputs keep |A_t| < 1 so the

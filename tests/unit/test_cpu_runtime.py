@@ -220,6 +220,16 @@ def mamba_ref(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return h, y
 
 
+def check_mamba(rng: np.random.Generator, C: int, L: int, **launch: Any) -> None:
+    """The selective scan (N = 3 lanes) with its readout, launched kernel by kernel."""
+    N = 3
+    v = mamba_inputs(rng, C, N, L)
+    out = launched(MAMBA, "blelloch", v, C, N, L, **launch)
+    h, y = mamba_ref(v)
+    close(out["h"], h)
+    close(out["y"], y)
+
+
 @pytest.mark.parametrize("L", LENGTHS)
 def test_chunked_blelloch_through_the_manifest(L: int) -> None:
     # tiles of 32 x 2 and, on a machine of 256 block slots, chunks of one tile up to L = 1000:
@@ -233,12 +243,7 @@ def test_chunked_blelloch_through_the_manifest(L: int) -> None:
                    **kw)["h"], ref)
     close(run(SCALAR, "blelloch", {"a": a, "b": b, "h0": h0}, C, 1, L, **kw)["h"], ref)
     if L <= 1000:
-        N = 3
-        v = mamba_inputs(rng, C, N, L)
-        out = launched(MAMBA, "blelloch", v, C, N, L, machine=BIG, **kw)
-        h, y = mamba_ref(v)
-        close(out["h"], h)
-        close(out["y"], y)
+        check_mamba(rng, C, L, machine=BIG, **kw)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -345,9 +350,4 @@ def test_chunked_and_unchunked_paths(L: int, path: str) -> None:
     close(out["h"], companion_ref(a, c, x, h0))
     # diagonal state with a readout over the lanes
     if L <= 1000 or path == "chunked":
-        N = 3
-        v = mamba_inputs(rng, C, N, L)
-        out = launched(MAMBA, "blelloch", v, C, N, L, machine=machine, **SMALL_TILES)
-        h, y = mamba_ref(v)
-        close(out["h"], h)
-        close(out["y"], y)
+        check_mamba(rng, C, L, machine=machine, **SMALL_TILES)
