@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+source scripts/python.sh
 extra=()
 if [ "$(id -u)" = "0" ]; then extra+=(--allow-root); fi
-exec "${PYTHON:-python3}" -m jupyterlab "${extra[@]}" notebooks/quickstart.ipynb "$@"
+exec "$PY" -m jupyterlab "${extra[@]}" notebooks/quickstart.ipynb "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything ScanWeaver Explorer needs on a Debian/Ubuntu machine:
 # system packages (graphviz's `dot`, Chromium for the browser tests) and the Python package with
-# its development extras.  Safe to run again.
+# its development extras, into the active environment or the project's `.venv` (see
+# scripts/python.sh).  Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,5 +22,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-PY=${PYTHON:-python3}
-$PY -m pip install -q --disable-pip-version-check -e ".[dev]"
+source scripts/python.sh
+echo "installing the package into $("$PY" -c 'import sys; print(sys.prefix)')"
+"$PY" -m pip install -q --disable-pip-version-check -e ".[dev]"

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${PYTHON:-python3}" -m pytest "$@"
+source scripts/python.sh
+exec "$PY" -m pytest "$@"
