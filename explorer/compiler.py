@@ -15,7 +15,7 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
+import re
 import tempfile
 import threading
 import time
@@ -70,6 +70,9 @@ class Compiled:
     ptx_info: dict[str, Any] | None
     key: str
     from_cache: bool = False
+    #: built by this process's compiler; False for anything decoded from bytes (a record file,
+    #: the disk cache): its lowered module is never JIT-compiled on the host (see runner)
+    trusted: bool = True
     _device: str | None = field(default=None, repr=False)
     _runners: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -124,14 +127,26 @@ class Compiled:
                     self.save(folder)
                 self._runners[device] = CudaKernel.from_artifact(load_artifact(folder))
             elif device == "cpu":
-                cpu = self if self.target == "cpu" else compile(
-                    self.recurrence, target="cpu", strategy=self.strategy,
-                    **{k: v for k, v in self.options.items()
-                       if k not in ("chip", "strategy", "target")})
-                self._runners[device] = _CpuRunner(cpu)
+                self._runners[device] = _CpuRunner(self._host_compile())
             else:
                 raise OptionError(f"device must be 'cuda' or 'cpu', got {device!r}")
         return self._runners[device]
+
+    def _host_compile(self) -> Compiled:
+        """The compile whose lowered module runs on the host: this one when the compiler of
+        this process built it for the CPU; otherwise compiled here from the recurrence text and
+        options (the parser never executes anything), so IR read from a file is never
+        JIT-compiled and run as host code."""
+        if self.target == "cpu" and self.trusted:
+            return self
+        options = {k: v for k, v in self.options.items()
+                   if k not in ("chip", "strategy", "target")}
+        cpu = compile(self.recurrence, target="cpu", strategy=self.strategy, **options)
+        if not cpu.trusted:   # the disk cache's copy: compile it here
+            cpu = compile(self.recurrence, target="cpu", strategy=self.strategy, cache=False,
+                          **options)
+            _remember(cpu)
+        return cpu
 
     # -- artifacts -----------------------------------------------------------------------------
     def manifest(self) -> dict[str, Any]:
@@ -182,6 +197,7 @@ class _CpuRunner:
         from explorer.runtime.shapes import marshal
 
         c = self.compiled
+        assert c.trusted and c.target == "cpu", "host code runs only from a compile made here"
         rec = c.recurrence
         # initial states that were given broadcast like parameters; run_cpu zero-fills the rest
         given_h0 = [s for s in h0_specs(rec)
@@ -343,8 +359,14 @@ def _remember(c: Compiled) -> None:
 
 # A compiled record on disk: one line of JSON header (format, key, the sha256 of the payload's
 # bytes), a newline, then the payload as JSON.  The checksum is over the bytes as written, so
-# checking it costs one hash, not a second serialisation.
-_FORMAT = "scanweaver-compiled/1"
+# checking it costs one hash, not a second serialisation.  It detects damage, not intent: anyone
+# can write a record with a valid checksum, so a decoded record is untrusted (``trusted=False``):
+# its text is shown and its PTX runs on the GPU like any artifact, but its host code is rebuilt
+# from the recurrence text and options (the lowered host module is not even stored).
+_FORMAT = "scanweaver-compiled/2"
+#: largest record read (uncompressed): a compile of the selective scan is a few MB
+RECORD_LIMIT = 256 * 1024 * 1024
+_KEY = re.compile(r"[0-9a-f]{32}")
 
 
 def _encode(c: Compiled) -> bytes:
@@ -354,7 +376,7 @@ def _encode(c: Compiled) -> bytes:
         "strategy": c.strategy, "target": c.target, "options": c.options,
         "stages": [asdict(s) for s in c.stages.values()],
         "passes": [asdict(p) for p in c.passes],
-        "kernels": c.kernels, "final_module": c.final_module, "ptx": c.ptx,
+        "kernels": c.kernels, "ptx": c.ptx,
         "llvm_ir": c.llvm_ir, "ptx_info": c.ptx_info,
     }).encode()
     header = json.dumps({"format": _FORMAT, "key": c.key,
@@ -363,32 +385,80 @@ def _encode(c: Compiled) -> bytes:
 
 
 def _decode(raw: bytes, rec: Recurrence | None = None, key: str | None = None) -> Compiled:
-    """Rebuild a :class:`Compiled` from :func:`_encode`'s bytes; ValueError when damaged."""
+    """Rebuild a :class:`Compiled` from :func:`_encode`'s bytes (untrusted); ValueError when
+    damaged or malformed, whatever is wrong with it."""
+    from explorer.errors import RecurrenceError
+    from explorer.files import gunzip_limited
+
     if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+        raw = gunzip_limited(raw, RECORD_LIMIT, "the compiled record")
     head, sep, body = raw.partition(b"\n")
     try:
         header = json.loads(head)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         header = None
     if not sep or not isinstance(header, dict) or header.get("format") != _FORMAT:
         raise ValueError(f"not a compiled record (format {_FORMAT})")
+    if not isinstance(header.get("key"), str) or not _KEY.fullmatch(header["key"]):
+        raise ValueError("the record's key is malformed")
     if key is not None and header.get("key") != key:
         raise ValueError("the record belongs to another compile")
     if header.get("sha256") != hashlib.sha256(body).hexdigest():
         raise ValueError("the compiled record is damaged (checksum mismatch)")
-    payload = json.loads(body)
+    try:
+        return _rebuild(json.loads(body), header["key"], rec)
+    except RecurrenceError as err:
+        raise ValueError(f"the record's recurrence does not parse: {err}") from None
+    except OptionError as err:
+        raise ValueError(f"the record's options are invalid: {err}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError,
+            AttributeError) as err:
+        raise ValueError(f"the compiled record is malformed ({type(err).__name__}: {err})"
+                         ) from None
+
+
+def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
+    from explorer.codegen.options import validate
+
+    def typed(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+        if not isinstance(value, kind):
+            raise TypeError(f"{what} has the wrong type")
+        return value
+
+    typed(payload, dict, "the payload")
+    text = typed(payload["recurrence"], str, "recurrence")
     if rec is None:
-        rec = Recurrence.parse(payload["recurrence"])
-    elif rec.text != payload["recurrence"]:
+        rec = Recurrence.parse(text)
+    elif rec.text != text:
         raise ValueError("the compiled record is of another recurrence")
-    stages = OrderedDict((s["name"], Stage(**s)) for s in payload["stages"])
-    passes = [PassRecord(**p) for p in payload["passes"]]
-    opts = payload["options"]
-    plan = _plan(payload["strategy"], opts["block_size"])
-    return Compiled(rec, decompose(rec), plan, payload["strategy"], payload["target"], opts,
-                    stages, passes, payload["kernels"], payload["final_module"], payload["ptx"],
-                    payload["llvm_ir"], payload["ptx_info"], header["key"], from_cache=True)
+    strategy = typed(payload["strategy"], str, "strategy")
+    target = typed(payload["target"], str, "target")
+    opts = typed(payload["options"], dict, "options")
+    checked = asdict(validate(strategy, target, **{k: v for k, v in opts.items()
+                                                   if k not in ("strategy", "target")}))
+    stages = OrderedDict()
+    for s in typed(payload["stages"], list, "stages"):
+        stage = Stage(**typed(s, dict, "a stage"))
+        for f in ("name", "text", "kind"):
+            typed(getattr(stage, f), str, f"stage {f}")
+        typed(stage.dot, (str, type(None)), "stage dot")
+        typed(stage.seconds, (int, float), "stage seconds")
+        stages[stage.name] = stage
+    passes = []
+    for p in typed(payload["passes"], list, "passes"):
+        record = PassRecord(**typed(p, dict, "a pass"))
+        for f in ("name", "ir", "pipeline"):
+            typed(getattr(record, f), str, f"pass {f}")
+        passes.append(record)
+    kernels = typed(payload["kernels"], list, "kernels")
+    for k in kernels:
+        typed(k, dict, "a kernel")
+    ptx = typed(payload["ptx"], (str, type(None)), "ptx")
+    llvm_ir = typed(payload["llvm_ir"], str, "llvm_ir")
+    ptx_info = typed(payload["ptx_info"], (dict, type(None)), "ptx_info")
+    plan = _plan(strategy, checked["block_size"])
+    return Compiled(rec, decompose(rec), plan, strategy, target, checked, stages, passes,
+                    kernels, "", ptx, llvm_ir, ptx_info, key, from_cache=True, trusted=False)
 
 
 def load_compiled(path: str | os.PathLike[str]) -> Compiled:
@@ -397,8 +467,10 @@ def load_compiled(path: str | os.PathLike[str]) -> Compiled:
     The result runs (on the GPU through CuPy, or on the CPU when MLIR is present) and the
     explorer widget shows it: ``explorer.Explorer(load_compiled(path))``.
     """
+    from explorer.files import read_regular
+
     try:
-        return _decode(Path(path).read_bytes())
+        return _decode(read_regular(path, RECORD_LIMIT))
     except (OSError, EOFError) as err:
         raise ValueError(f"{path} is not a compiled record: {err}") from None
     except ValueError as err:
@@ -415,34 +487,128 @@ def _write_bytes(path: Path, data: bytes, compress: bool = False) -> None:
     os.replace(tmp, path)
 
 
+# The disk cache holds one gzip-compressed record per compile (``<key>.json.gz``, a few hundred
+# KB) and the artifacts that CUDA runs saved (``artifacts/<key>/``).  It is kept under
+# $SCANWEAVER_CACHE_MB megabytes (default 256): after each write the least recently used entries
+# go.  Only files with these names are ever read or deleted: the folder may hold other things.
+_ENTRY = re.compile(r"([0-9a-f]{32})\.json(?:\.gz)?")   # .json: format 1
+_ARTIFACT_FILES = re.compile(r"manifest\.json|[A-Za-z0-9_.-]+\.ptx|[^/]*\.tmp")
+
+
+def cache_limit_bytes() -> int:
+    """The disk cache's bound: $SCANWEAVER_CACHE_MB megabytes, 256 unless set."""
+    raw = os.environ.get("SCANWEAVER_CACHE_MB", "256")
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = 256.0
+    return max(0, int(mb * 1024 * 1024))
+
+
+def _cache_entries(folder: Path) -> list[tuple[float, int, list[Path]]]:
+    """(last use, bytes, files) of every entry of ours under ``folder``."""
+    from explorer.files import is_own_file
+
+    entries: dict[str, list[Path]] = {}
+    try:
+        for p in folder.iterdir():
+            m = _ENTRY.fullmatch(p.name)
+            if m and is_own_file(p):
+                entries.setdefault(m.group(1), []).append(p)
+        art = folder / "artifacts"
+        if art.is_dir() and not art.is_symlink():
+            for d in art.iterdir():
+                if _KEY.fullmatch(d.name) and d.is_dir() and not d.is_symlink():
+                    files = [f for f in d.iterdir()
+                             if _ARTIFACT_FILES.fullmatch(f.name) and is_own_file(f)]
+                    entries.setdefault(d.name, []).extend([*files, d])
+    except OSError:
+        return []
+    out = []
+    for files in entries.values():
+        used, size = 0.0, 0
+        for f in files:
+            try:
+                st = os.lstat(f)
+            except OSError:
+                continue
+            used = max(used, st.st_mtime)
+            size += st.st_size if f.is_file() else 0
+        out.append((used, size, files))
+    return out
+
+
+def _remove(files: list[Path]) -> None:
+    for f in sorted(files, key=lambda p: p.is_dir()):   # files first, then their folder
+        try:
+            if f.is_dir() and not f.is_symlink():
+                f.rmdir()
+            else:
+                f.unlink()
+        except OSError:
+            pass
+
+
+def _evict(folder: Path, keep: str | None = None) -> None:
+    """Drop the least recently used entries until the cache fits its bound."""
+    entries = sorted(_cache_entries(folder), key=lambda e: e[0])
+    total = sum(size for _, size, _ in entries)
+    limit = cache_limit_bytes()
+    for _, size, files in entries:
+        if total <= limit:
+            break
+        if keep is not None and any(keep in f.name for f in files):
+            continue
+        _remove(files)
+        total -= size
+
+
 def _to_disk(c: Compiled) -> None:
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_bytes(folder / f"{c.key}.json", _encode(c))
+        _write_bytes(folder / f"{c.key}.json.gz", _encode(c), compress=True)
+        _evict(folder, keep=c.key)
     except OSError:
         pass  # a read-only home is no reason to fail a compile
 
 
 def _from_disk(key: str, rec: Recurrence) -> Compiled | None:
-    path = cache_dir() / f"{key}.json"
-    if not path.exists():
-        return None
+    from explorer.files import UnsafeFile, read_regular
+
+    path = cache_dir() / f"{key}.json.gz"
     try:
-        c = _decode(path.read_bytes(), rec, key)
-    except (OSError, EOFError, ValueError, KeyError, TypeError):
+        raw = read_regular(path, RECORD_LIMIT, follow_links=False)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnsafeFile):
+        return None   # not ours to read (a link, a FIFO, ...): compile again
+    try:
+        c = _decode(raw, rec, key)
+    except ValueError:
         # a damaged entry is never trusted: drop it and compile again
         try:
             path.unlink()
         except OSError:
             pass
         return None
+    try:
+        os.utime(path)   # last use, for eviction
+    except OSError:
+        pass
     _remember(c)
     return c
 
 
 def clear_cache() -> None:
-    """Forget every compiled result, in memory and on disk."""
+    """Forget every compiled result, in memory and on disk (only the cache's own files)."""
     with _LOCK:
         _MEMORY.clear()
-    shutil.rmtree(cache_dir(), ignore_errors=True)
+    folder = cache_dir()
+    for _, _, files in _cache_entries(folder):
+        _remove(files)
+    for empty in (folder / "artifacts", folder):
+        try:
+            empty.rmdir()   # only when nothing else is left in it
+        except OSError:
+            pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import time
 
 import numpy as np
@@ -73,8 +74,9 @@ def test_cache_is_instant_and_rebuilds_a_damaged_entry():
     c3 = ex.compile(AFFINE, target="cuda", strategy="blelloch")
     assert c3.from_cache and c3.ptx == c1.ptx and list(c3.stages) == list(c1.stages)
     # damage the entry: it is detected and rebuilt, never trusted
-    path = compiler.cache_dir() / f"{c1.key}.json"
-    path.write_bytes(path.read_bytes().replace(b"bar.sync", b"bar.broken"))
+    path = compiler.cache_dir() / f"{c1.key}.json.gz"
+    damaged = gzip.decompress(path.read_bytes()).replace(b"bar.sync", b"bar.broken")
+    path.write_bytes(gzip.compress(damaged))
     compiler._MEMORY.clear()
     c4 = ex.compile(AFFINE, target="cuda", strategy="blelloch")
     assert not c4.from_cache and "bar.broken" not in (c4.ptx or "")
