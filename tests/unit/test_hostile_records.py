@@ -199,7 +199,7 @@ def test_a_fifo_or_link_in_the_cache_is_not_read(tmp_path):
             entry.symlink_to(secret)
         compiler._MEMORY.clear()
         done: list[object] = []
-        t = threading.Thread(target=lambda: done.append(
+        t = threading.Thread(target=lambda done=done: done.append(
             ex.compile(AFFINE, target="cpu", strategy="sequential")), daemon=True)
         t.start()
         t.join(120)
