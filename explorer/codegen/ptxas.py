@@ -1,7 +1,11 @@
 """Views of the PTX computed only when asked: ``ptxas`` resource usage and the SASS listing.
 
-Both return ``None`` when the CUDA tools are not found (on PATH, under ``$CUDA_HOME``,
-``/usr/local/cuda/bin``, or in the ``nvidia-cuda-nvcc`` wheel), never raise for a missing tool.
+These views are optional, the PTX is not: nothing here raises when the CUDA tools are not found
+(on PATH, under ``$CUDA_HOME``, ``/usr/local/cuda/bin``, or in the ``nvidia-cuda-nvcc`` wheel),
+when the local ``ptxas`` cannot assemble for the chip (ptxas 13 dropped ``sm_70``/``sm_72``;
+``sm_101`` was renamed ``sm_110``), when it fails or times out. :func:`ptxas_info` then returns
+a record that says why (``{"unavailable": reason}``), :func:`ptxas_report` and :func:`sass`
+return None.
 """
 
 from __future__ import annotations
@@ -52,20 +56,43 @@ def find_libdevice() -> str | None:
     return None
 
 
-def _ptxas(ptx: str, chip: str, workdir: str) -> tuple[str, str] | None:
-    """Assemble ``ptx`` to a cubin in ``workdir``; return (cubin path, ptxas -v output)."""
+class PtxasUnavailable(Exception):
+    """ptxas is missing, or could not assemble the PTX for the chip; ``str()`` says which."""
+
+
+def _ptxas(ptx: str, chip: str, workdir: str) -> tuple[str, str]:
+    """Assemble ``ptx`` to a cubin in ``workdir``; return (cubin path, ptxas -v output).
+
+    Raises :class:`PtxasUnavailable` with a one-line reason when it cannot.
+    """
     exe = find_tool("ptxas")
     if exe is None:
-        return None
+        raise PtxasUnavailable("ptxas was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin "
+                               "or the nvidia-cuda-nvcc wheel)")
     src = os.path.join(workdir, "kernel.ptx")
     out = os.path.join(workdir, "kernel.cubin")
     with open(src, "w") as f:
         f.write(ptx)
-    proc = subprocess.run([exe, f"-arch={chip}", "-v", "-o", out, src], capture_output=True,
-                          text=True, timeout=_TIMEOUT_S, check=False)
+    try:
+        proc = subprocess.run([exe, f"-arch={chip}", "-v", "-o", out, src], capture_output=True,
+                              text=True, timeout=_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise PtxasUnavailable(f"ptxas took longer than {_TIMEOUT_S} s for {chip}") from None
+    except OSError as err:
+        raise PtxasUnavailable(f"ptxas ({exe}) could not be run: {err.strerror or err}") from None
     if proc.returncode != 0:
-        raise RuntimeError(f"ptxas rejected the PTX:\n{proc.stderr.strip()}")
+        raise PtxasUnavailable(f"the local ptxas cannot assemble this PTX for {chip}: "
+                               f"{_first_error(proc.stderr + proc.stdout)}")
     return out, proc.stderr + proc.stdout
+
+
+def _first_error(text: str) -> str:
+    """The line of ptxas's output that says what went wrong, without its ``ptxas fatal :``."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "fatal" in line or "error" in line:
+            return re.sub(r"^ptxas\s+(fatal|error)\s*:\s*", "", line)
+    return lines[0] if lines else "no message"
 
 
 _FUNC = re.compile(r"Compiling entry function '([^']+)'")
@@ -103,20 +130,32 @@ def parse_ptxas_output(text: str) -> dict[str, dict[str, int]]:
 
 
 def ptxas_report(ptx: str, chip: str) -> dict[str, dict[str, int]] | None:
-    """Resource counts of every kernel in ``ptx``; None without ptxas."""
-    with tempfile.TemporaryDirectory(prefix="scanweaver-ptxas-") as d:
-        done = _ptxas(ptx, chip, d)
-        if done is None:
-            return None
-        return parse_ptxas_output(done[1])
-
-
-def ptxas_info(ptx: str, chip: str) -> dict[str, Any] | None:
-    """Registers, spills and shared memory of the main kernel (a flat dict); None without
-    ptxas. Other kernels of the module (a readout kernel) are listed under ``other_kernels``."""
-    report = ptxas_report(ptx, chip)
-    if not report:
+    """Resource counts of every kernel in ``ptx``; None when ptxas is missing or cannot
+    assemble for ``chip`` (:func:`ptxas_info` says why)."""
+    try:
+        return _report(ptx, chip)
+    except PtxasUnavailable:
         return None
+
+
+def _report(ptx: str, chip: str) -> dict[str, dict[str, int]]:
+    with tempfile.TemporaryDirectory(prefix="scanweaver-ptxas-") as d:
+        return parse_ptxas_output(_ptxas(ptx, chip, d)[1])
+
+
+def ptxas_info(ptx: str, chip: str) -> dict[str, Any]:
+    """Registers, spills and shared memory of the main kernel (a flat dict). Other kernels of
+    the module (a readout kernel) are listed under ``other_kernels``.
+
+    Never raises: when ptxas is missing or cannot assemble for ``chip`` the record is
+    ``{"unavailable": "<one line saying why>"}`` (the PTX itself is unaffected).
+    """
+    try:
+        report = _report(ptx, chip)
+    except PtxasUnavailable as err:
+        return {"unavailable": str(err)}
+    if not report:
+        return {"unavailable": "ptxas reported no entry function"}
     names = sorted(report, key=lambda n: n.endswith("_readout"))
     main = names[0]
     info: dict[str, Any] = {"kernel": main, **report[main]}
@@ -127,19 +166,23 @@ def ptxas_info(ptx: str, chip: str) -> dict[str, Any] | None:
 
 
 def sass(ptx: str, chip: str) -> str | None:
-    """SASS listing of ``ptx`` (ptxas, then nvdisasm or cuobjdump); None without the tools."""
+    """SASS listing of ``ptx`` (ptxas, then nvdisasm or cuobjdump); None without the tools or
+    when they cannot handle ``chip``."""
     disasm = find_tool("nvdisasm")
     objdump = find_tool("cuobjdump")
     if disasm is None and objdump is None:
         return None
     with tempfile.TemporaryDirectory(prefix="scanweaver-sass-") as d:
-        done = _ptxas(ptx, chip, d)
-        if done is None:
+        try:
+            cubin = _ptxas(ptx, chip, d)[0]
+        except PtxasUnavailable:
             return None
-        cubin = done[0]
         cmd = [disasm, "-c", cubin] if disasm else [objdump, "-sass", cubin]
-        proc = subprocess.run([c for c in cmd if c], capture_output=True, text=True,
-                              timeout=_TIMEOUT_S, check=False)
+        try:
+            proc = subprocess.run([c for c in cmd if c], capture_output=True, text=True,
+                                  timeout=_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
         if proc.returncode != 0:
             return None
         return proc.stdout

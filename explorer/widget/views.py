@@ -100,9 +100,10 @@ class PtxView(TextStageView):
     def header_html(self, compiled: Any, recorded: Any) -> str:
         base = super().header_html(compiled, recorded)
         info = getattr(compiled, "ptx_info", None)
-        if not info:
-            return base + _message("ptxas was not available here, so register, spill and "
-                                   "shared-memory counts are unknown.")
+        if not info or "unavailable" in info:
+            why = (f" ({info['unavailable']})" if info else "")
+            return base + _message(f"No ptxas report{why}: register, spill and shared-memory "
+                                   "counts are unknown. The PTX below is complete.")
         labels = {"registers": "registers / thread", "spills_stores": "spill stores",
                   "spills_loads": "spill loads", "shared_bytes": "shared memory (bytes)",
                   "stack_bytes": "stack (bytes)", "barriers": "barriers"}
