@@ -1,0 +1,132 @@
+/**
+ * The compile bundle: what `explorer.widget.bundle.mime_bundle` stores in a notebook under
+ * `application/vnd.scanweaver.compile+json`. The renderer only reads it; it recomputes nothing.
+ *
+ * To keep notebooks small, the IR after each pass is stored as edits against the IR before it
+ * (`passes[i].edits`); the IR before the first pass is the stage named `pass_input`. A stage
+ * whose text is a pass's IR names that pass (`pass`) instead of repeating the text.
+ */
+
+export const MIME_TYPE = 'application/vnd.scanweaver.compile+json';
+export const FORMAT = 'scanweaver-compile/1';
+
+/** Copy `keep` lines of the text before, skip the next `drop`, then insert `insert`. */
+export type Edit = [keep: number, drop: number, insert: string[]];
+
+export interface StageRecord {
+  name: string;
+  /** text | mlir | llvm | ptx: which highlighting applies */
+  kind: string;
+  seconds: number;
+  /** the stage's text, unless it is the IR after pass number `pass` */
+  text?: string;
+  pass?: number;
+}
+
+export interface PassRecord {
+  name: string;
+  seconds: number;
+  changed: boolean;
+  pipeline?: string;
+  edits: Edit[];
+}
+
+export interface Measurement {
+  name: string;
+  length: number;
+  channels: number;
+  seconds: number;
+  bytes: number;
+  device: string;
+  /** generated | baseline | roofline (absent: generated) */
+  kind?: string;
+  /** ok, or why the point was not measured */
+  status?: string;
+}
+
+export interface CompileBundle {
+  format: string;
+  explorer_version?: string;
+  recurrence: string;
+  strategy: string;
+  target: string;
+  options: Record<string, unknown>;
+  stages: StageRecord[];
+  pass_input?: string | null;
+  passes: PassRecord[];
+  ptx_info?: Record<string, unknown> | null;
+  /** SVG pictures by stage name (recurrence: dependence graph, plan: scan tree) */
+  graphs?: Record<string, string>;
+  measurements?: Measurement[] | null;
+  /**
+   * Reserved for source locations (recurrence term -> MLIR ops and PTX lines); the renderer
+   * draws every line with `data-line` so these can be marked once the compiler records them.
+   */
+  locations?: unknown;
+}
+
+/** Apply `edits` to the lines of the text before a pass; returns the lines after it. */
+export function applyEdits(before: readonly string[], edits: readonly Edit[]): string[] {
+  const out: string[] = [];
+  let position = 0;
+  for (const [keep, drop, insert] of edits) {
+    for (let i = 0; i < keep; i++) {
+      out.push(before[position + i]);
+    }
+    position += keep + drop;
+    for (const line of insert) {
+      out.push(line);
+    }
+  }
+  for (let i = position; i < before.length; i++) {
+    out.push(before[i]);
+  }
+  return out;
+}
+
+/** The texts of a bundle, decoded once: every stage's text and the IR around every pass. */
+export class DecodedBundle {
+  readonly bundle: CompileBundle;
+  /** IR before the first pass, then the IR after each pass: `passLines[i + 1]` is after pass i */
+  private readonly passLines: string[][];
+
+  constructor(bundle: CompileBundle) {
+    this.bundle = bundle;
+    const input = bundle.pass_input ? this.stageText(bundle.pass_input) ?? '' : '';
+    this.passLines = [input.split('\n')];
+    for (const record of bundle.passes) {
+      const before = this.passLines[this.passLines.length - 1];
+      this.passLines.push(applyEdits(before, record.edits));
+    }
+  }
+
+  /** The stage record called `name`. */
+  stage(name: string): StageRecord | undefined {
+    return this.bundle.stages.find(s => s.name === name);
+  }
+
+  /** The text of stage `name` (from the pass it names, if it names one). */
+  stageText(name: string): string | undefined {
+    const record = this.stage(name);
+    if (!record) {
+      return undefined;
+    }
+    if (record.text !== undefined) {
+      return record.text;
+    }
+    if (record.pass !== undefined && this.passLines && record.pass + 1 < this.passLines.length) {
+      return this.passLines[record.pass + 1].join('\n');
+    }
+    return undefined;
+  }
+
+  /** The IR after pass `index` (`index = -1`: the IR the passes start from). */
+  irAfter(index: number): string {
+    return this.passLines[index + 1].join('\n');
+  }
+
+  /** Lines of the IR before pass `index`. */
+  linesBefore(index: number): string[] {
+    return this.passLines[index];
+  }
+}

@@ -1,0 +1,26 @@
+/**
+ * The mime renderer extension: saved explorer output (`application/vnd.scanweaver.compile+json`)
+ * is drawn by {@link CompileRenderer}, in a notebook with or without a kernel.
+ */
+import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+
+import { MIME_TYPE } from './bundle';
+import { CompileRenderer } from './renderer';
+
+export const rendererFactory: IRenderMime.IRendererFactory = {
+  // safe: the renderer inserts no markup from the bundle (text as text, SVG as images)
+  safe: true,
+  mimeTypes: [MIME_TYPE],
+  createRenderer: options => new CompileRenderer(options)
+};
+
+const extension: IRenderMime.IExtension = {
+  id: 'scanweaver-explorer:compile-renderer',
+  description: 'Renders saved ScanWeaver Explorer output without a kernel.',
+  rendererFactory,
+  // ahead of text/html (rank 50), which stays in the bundle for viewers without the extension
+  rank: 0,
+  dataType: 'json'
+};
+
+export default extension;
