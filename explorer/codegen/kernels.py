@@ -173,7 +173,8 @@ class BuiltModule:
 # --------------------------------------------------------------------------------------------
 # arguments
 # --------------------------------------------------------------------------------------------
-def kernel_args(form: Any, options: Options | None = None) -> list[dict[str, Any]]:
+def kernel_args(form: Any, options: Options | None = None, grid: Any = None
+                ) -> list[dict[str, Any]]:
     """The manifest ``args`` of the kernel ABI, in parameter order (workspaces last)."""
     lanes = set(form.recurrence.lane_names)
     out: list[dict[str, Any]] = []
@@ -192,19 +193,22 @@ def kernel_args(form: Any, options: Options | None = None) -> list[dict[str, Any
     for name in ("C", "N", "L"):
         out.append({"name": name, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64"})
-    if options is not None and options.strategy == "blelloch":
+    if options is not None and options.strategy != "sequential":
         alg = Algebra(form.A)
         for name, per in ((AGGREGATES, alg.width), (CARRIES, alg.S)):
             out.append({"name": name, "role": "workspace", "timed": False, "lane": False,
                         "dtype": "float32", "per_chunk": per, "time_chunk": TIME_CHUNK})
         out.append({"name": TIME_CHUNK, "role": "size", "timed": False, "lane": False,
-                    "dtype": "int64", "chunk_rule": chunk_rule(options)})
+                    "dtype": "int64", "chunk_rule": chunk_rule(options, grid)})
     return out
 
 
-def chunk_rule(options: Options) -> dict[str, Any]:
+def chunk_rule(options: Options, grid: Any = None) -> dict[str, Any]:
     """The manifest's rule for the per-call ``time_chunk`` (whole tiles; when chunking, never
-    fewer than ``chunk_tiles`` tiles a chunk)."""
+    fewer than ``chunk_tiles`` tiles a chunk): the plan's ``scan.grid`` when given."""
+    if grid is not None:
+        return {"tile": grid.tile, "min_tiles": grid.min_tiles, "fill": grid.fill,
+                "unchunked_from": grid.unchunked_from}
     return {"tile": options.tile, "min_tiles": options.chunk_tiles, "fill": CHUNK_FILL,
             "unchunked_from": UNCHUNKED_FROM}
 
@@ -341,6 +345,8 @@ class Gen:
                  C: Value, N: Value, L: Value) -> None:
         self.form = form
         self.options = options
+        #: the levels of the block tree, read from the plan
+        self.sweeps: tuple[Any, ...] = ()
         self.alg = Algebra(form.A)
         self.arrays = arrays
         self.C, self.N, self.L = C, N, L
@@ -667,8 +673,34 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
     if_then(lt_i(ci(0), rest), tail)
 
 
+def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Element],
+             store: Callable[[Value, Element], None]) -> None:
+    """One Kogge-Stone level over the block's aggregates: every ``i >= off`` takes
+    ``x[i] o x[i - off]`` of the previous level. On the GPU each thread reads both into
+    registers, a barrier, then writes; on the host the threads run from the last down, so a
+    position is read before the lower position it depends on is overwritten."""
+    def combined(i: Value) -> Element:
+        return alg.combine(load(pad(i)), load(pad(arith.subi(i, ci(off)))))
+    if th.gpu:
+        assert th.tid is not None
+        tid = th.tid
+        ok = arith.cmpi(arith.CmpIPredicate.uge, tid, ci(off))
+        # thread tid < off reads its own slot (kept as it is): no out-of-range read
+        safe = arith.select(ok, tid, ci(off))
+        new = _select(ok, combined(safe), load(pad(tid)), alg)
+        th.barrier()
+        store(pad(tid), new)
+        return
+
+    def body(j: Value, _: list[Value]) -> list[Value]:
+        i = arith.subi(ci(th.bs - 1), j)
+        store(pad(i), combined(i))
+        return []
+    for_loop(ci(0), ci(th.bs - off), ci(1), body)
+
+
 # --------------------------------------------------------------------------------------------
-# blelloch: one block scans positions [begin, end) of one row in tiles
+# tree strategies: one block scans positions [begin, end) of one row in tiles
 # --------------------------------------------------------------------------------------------
 def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Sequence[Value],
                ins: Sequence[Stream], outs: Sequence[Stream],
@@ -684,7 +716,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     alg = gen.alg
     bs = th.bs
     T = bs * E
-    levels = bs.bit_length() - 1
+    sweeps = gen.sweeps
+    kogge_stone = any(sw.phase == "scan" for sw in sweeps)
     nin = len(ins)
     last = arith.subi(end, ci(1))
     total_slot = ci(padded(bs))
@@ -749,45 +782,53 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             agg_store(pad(tid), agg)
         th.each(compose)
         th.barrier()
-        # 3. up-sweep over the bs aggregates; the root level (one thread) also starts the
-        #    down-sweep: the total is set aside, the root becomes the identity
-        for d in range(levels):
-            off = 1 << d
-            top = d == levels - 1
+        # 3. the block tree over the bs aggregates, one sweep of the plan per level
+        for sw in sweeps:
+            if reduce and sw.phase in ("down",):
+                continue      # the reduce kernel wants the total alone: the up-sweep gives it
+            off = sw.stride
+            if sw.phase in ("up", "up_root"):
+                root = sw.phase == "up_root" and not reduce
 
-            def up(j: Value, off: int = off, top: bool = top) -> None:
-                ai = add_i(mul_i(j, ci(2 * off)), ci(off - 1))
-                bi = add_i(ai, ci(off))
-                left, right = agg_load(pad(ai)), agg_load(pad(bi))
-                if top and not reduce:
-                    agg_store(total_slot, alg.combine(right, left))
-                    agg_store(pad(ai), alg.identity())
-                    agg_store(pad(bi), left)
-                else:
-                    agg_store(pad(bi), alg.combine(right, left))
-            th.each(up, bs >> (d + 1))
+                def up(j: Value, off: int = off, root: bool = root) -> None:
+                    ai = add_i(mul_i(j, ci(2 * off)), ci(off - 1))
+                    bi = add_i(ai, ci(off))
+                    left, right = agg_load(pad(ai)), agg_load(pad(bi))
+                    if root:   # the total set aside, the root becomes the identity
+                        agg_store(total_slot, alg.combine(right, left))
+                        agg_store(pad(ai), alg.identity())
+                        agg_store(pad(bi), left)
+                    else:
+                        agg_store(pad(bi), alg.combine(right, left))
+                th.each(up, sw.active)
+            elif sw.phase == "down":
+                def down(j: Value, off: int = off) -> None:
+                    ai = add_i(mul_i(j, ci(2 * off)), ci(off - 1))
+                    bi = add_i(ai, ci(off))
+                    left, right = agg_load(pad(ai)), agg_load(pad(bi))
+                    agg_store(pad(ai), right)
+                    agg_store(pad(bi), alg.combine(left, right))
+                th.each(down, sw.active)
+            else:   # scan (Kogge-Stone): i >= off takes x[i] o x[i - off] of the last level
+                ks_sweep(th, alg, off, agg_load, agg_store)
             th.barrier()
         if reduce:
             total = agg_load(pad(ci(bs - 1)))
             return alg.combine(total, alg.pack(carry)).values() + nxt
-        # 4. down-sweep: exclusive prefixes of the thread aggregates
-        for d in reversed(range(levels - 1)):
-            off = 1 << d
+        total = agg_load(pad(ci(bs - 1)) if kogge_stone else total_slot)
 
-            def down(j: Value, off: int = off) -> None:
-                ai = add_i(mul_i(j, ci(2 * off)), ci(off - 1))
-                bi = add_i(ai, ci(off))
-                left, right = agg_load(pad(ai)), agg_load(pad(bi))
-                agg_store(pad(ai), right)
-                agg_store(pad(bi), alg.combine(left, right))
-            th.each(down, bs >> (d + 1))
-            th.barrier()
-        total = agg_load(total_slot)
+        def prefix(tid: Value) -> Element:
+            """The exclusive prefix of thread ``tid``'s aggregate."""
+            if not kogge_stone:
+                return agg_load(pad(tid))
+            first = arith.cmpi(arith.CmpIPredicate.eq, tid, ci(0))
+            before = agg_load(pad(arith.subi(arith.maxui(tid, ci(1)), ci(1))))
+            return _select(first, alg.identity(), before, alg)
 
         # 5. each thread applies its prefix to its own elements; states out via the stage
         def finish(tid: Value) -> None:
             assert outputs is not None
-            h = alg.apply(agg_load(pad(tid)), carry)
+            h = alg.apply(prefix(tid), carry)
             els = kept["els"] if th.gpu else own(tid, t0)
             for j in range(E):
                 p = add_i(mul_i(tid, ci(E)), ci(j))
@@ -952,7 +993,7 @@ def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
                     f"memory, more than {STATIC_SHARED_LIMIT}: lower block_size * "
                     "elements_per_thread")
             out.append(KernelSpec(
-                f"{KERNEL_PREFIX}_blelloch{suffix}", role, block, 1, 0, static,
+                f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, block, 1, 0, static,
                 time_chunk=None if role == "carry" else TIME_CHUNK,
                 launch_when_longer_than=None if role == "scan" else TIME_CHUNK))
     if form.vector and form.readouts:
@@ -975,27 +1016,53 @@ def _stage_counts(form: Any, options: Options) -> dict[str, int]:
             "carry": max(alg.width, alg.S)}
 
 
-def build_module(form: Any, options: Options) -> BuiltModule:
-    """Build the MLIR module of ``form`` for ``options`` and return it as text."""
+def options_for(options: Options, plan: Any) -> Options:
+    """The options the emitters follow, with every decision of the plan taken from the plan."""
+    from dataclasses import replace
+
+    if plan.tree == "none":
+        return replace(options, strategy="sequential", block_size=plan.threads)
+    return replace(options, strategy=plan.tree, block_size=plan.threads,
+                   elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles)
+
+
+def lower_plan(module_op: Any, form: Any, options: Options, plan: Any) -> BuiltModule:
+    """Emit the kernels of ``plan`` (read from the ``scan`` ops) at the end of ``module_op``,
+    in the current context: the ``gpu`` module and its launcher, or the host functions."""
     import time
 
     start = time.perf_counter()
-    args = kernel_args(form, options)
-    kernels = kernel_specs(form, options)
-    with Context(), Location.unknown():
-        if options.target == "cuda":
-            module = _cuda_module(form, options, args, kernels)
-        else:
-            module = _cpu_module(form, options, args, kernels)
-        if not module.operation.verify():
-            raise CompileError("the generated module does not verify", ir_before=str(module))
-        text = str(module)
+    opts = options_for(options, plan)
+    if plan.tree == "none" and plan.tile_steps != seq_layout(form, opts).steps:
+        raise CompileError(f"the plan's warp tile of {plan.tile_steps} steps is not one this "
+                           "lowering can stage in shared memory")
+    args = kernel_args(form, opts, plan.grid)
+    kernels = kernel_specs(form, opts)
+    if opts.target == "cuda":
+        _cuda_module(module_op, form, opts, args, kernels, plan.sweeps)
+    else:
+        _cpu_module(module_op, form, opts, args, kernels, plan.sweeps)
     main = next(k for k in kernels if k.role == "scan")
-    return BuiltModule(text=text, kernel_name=main.name, args=args, block=main.block,
+    return BuiltModule(text="", kernel_name=main.name, args=args, block=main.block,
                        sequences_per_block=main.sequences_per_block,
-                       shared_bytes=main.shared_bytes, target=options.target,
+                       shared_bytes=main.shared_bytes, target=opts.target,
                        kernels=kernels, static_shared_bytes=main.static_shared_bytes,
                        seconds=time.perf_counter() - start)
+
+
+def build_module(form: Any, options: Options, plan: Any = None) -> BuiltModule:
+    """The kernels of ``form`` for ``options`` (and the plan ``scan-plan`` would choose) as a
+    module of their own, as text: the lowering without the passes before it."""
+    from explorer.passes.plan import choose_plan
+
+    with Context(), Location.unknown():
+        module = Module.create()
+        built = lower_plan(module.operation, form, options,
+                           plan if plan is not None else choose_plan(form, options))
+        if not module.operation.verify():
+            raise CompileError("the generated module does not verify", ir_before=str(module))
+        built.text = str(module)
+    return built
 
 
 def _i64() -> IntegerType:
@@ -1003,7 +1070,7 @@ def _i64() -> IntegerType:
 
 
 def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[Value],
-          as_flat: Callable[[Value, Value], Value]) -> Gen:
+          as_flat: Callable[[Value, Value], Value], sweeps: tuple[Any, ...]) -> Gen:
     # sizes by role: an input may itself be called C (Mamba's readout matrix)
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
     by_name = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] != "size"}
@@ -1013,6 +1080,7 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
     gen = Gen(form, options, arrays, C, N, L)
     gen.Tc = Tc
+    gen.sweeps = sweeps
     return gen
 
 
@@ -1039,10 +1107,9 @@ def _shared_arrays(form: Any, options: Options, spec: KernelSpec) -> list[int]:
     return [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
 
 
-def _cuda_module(form: Any, options: Options, args: list[dict[str, Any]],
-                 kernels: list[KernelSpec]) -> Module:
-    module = Module.create()
-    module.operation.attributes["gpu.container_module"] = UnitAttr.get()
+def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[str, Any]],
+                 kernels: list[KernelSpec], sweeps: tuple[Any, ...]) -> None:
+    module_op.attributes["gpu.container_module"] = UnitAttr.get()
     # bare-pointer ABI: a buffer arrives as a 0-d memref (one pointer) and is reshaped to the
     # flat memref<?xf32> of its size inside the kernel
     ptr = MemRefType.get([], f32())
@@ -1050,7 +1117,7 @@ def _cuda_module(form: Any, options: Options, args: list[dict[str, Any]],
     ftype = FunctionType.get(arg_types, [])
     bs = options.block_size
     workgroup = Attribute.parse("#gpu.address_space<workgroup>")
-    with InsertionPoint(module.body):
+    with InsertionPoint(module_op.regions[0].blocks[0]):
         gmod = gpu.GPUModuleOp(f"{KERNEL_PREFIX}_kernels")
         gmod.bodyRegion.blocks.append()
         with InsertionPoint(gmod.bodyRegion.blocks[0]):
@@ -1075,7 +1142,7 @@ def _cuda_module(form: Any, options: Options, args: list[dict[str, Any]],
                         dyn = ShapedType.get_dynamic_size()
                         return memref.reinterpret_cast(flat_memref(), v, [], [size], [], [0],
                                                        [dyn], [1])
-                    gen = _bind(form, options, args, values[:len(args)], as_flat)
+                    gen = _bind(form, options, args, values[:len(args)], as_flat, sweeps)
                     shared = values[len(args):]
                     if spec.shared_bytes:
                         raw = gpu.dynamic_shared_memory(MemRefType.get(
@@ -1088,7 +1155,6 @@ def _cuda_module(form: Any, options: Options, args: list[dict[str, Any]],
                     _kernel_body(gen, spec, th, gpu.block_id(gpu.Dimension.x), shared, None)
                     gpu.return_([])
         _cuda_host_launcher(args, arg_types, kernels)
-    return module
 
 
 def _size_value(v: int | str, sizes: dict[str, Value]) -> Value:
@@ -1137,15 +1203,14 @@ def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],
         func.return_([])
 
 
-def _cpu_module(form: Any, options: Options, args: list[dict[str, Any]],
-                kernels: list[KernelSpec]) -> Module:
+def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str, Any]],
+                kernels: list[KernelSpec], sweeps: tuple[Any, ...]) -> None:
     """Host code: one ``<kernel>_grid(args..., grid)`` per kernel that runs its blocks one
     after the other and the threads of a block phase by phase, and the entry
     ``scanweaver_<strategy>(args...)`` that launches them in order like the GPU runtime."""
-    module = Module.create()
     arg_types: list[Type] = [flat_memref() if a["role"] != "size" else _i64() for a in args]
     bs = options.block_size
-    with InsertionPoint(module.body):
+    with InsertionPoint(module_op.regions[0].blocks[0]):
         grid_fns = {}
         for spec in kernels:
             fn = func.FuncOp(spec.name + GRID_SUFFIX,
@@ -1155,7 +1220,8 @@ def _cpu_module(form: Any, options: Options, args: list[dict[str, Any]],
             block = fn.add_entry_block()
             with InsertionPoint(block):
                 values = list(block.arguments)
-                gen = _bind(form, options, args, values[:len(args)], lambda v, size: v)
+                gen = _bind(form, options, args, values[:len(args)], lambda v, size: v,
+                            sweeps)
                 shared = [memref.alloc(MemRefType.get([n], f32()), [], [])
                           for n in _shared_arrays(form, options, spec)]
                 hs = None
@@ -1185,4 +1251,3 @@ def _cpu_module(form: Any, options: Options, args: list[dict[str, Any]],
                     func.call([], spec.name + GRID_SUFFIX, [*vals, grid])
                 _launch_if(spec, sizes, launch)
             func.return_([])
-    return module

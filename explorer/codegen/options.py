@@ -11,7 +11,7 @@ from typing import Any
 
 from explorer.errors import OptionError
 
-STRATEGIES = ("sequential", "blelloch")
+STRATEGIES = ("sequential", "blelloch", "kogge_stone")
 TARGETS = ("cuda", "cpu")
 DTYPES = ("float32",)
 

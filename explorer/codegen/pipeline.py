@@ -17,10 +17,12 @@ replays it.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +33,7 @@ from mlir.passmanager import PassManager
 from explorer.codegen.kernels import BuiltModule
 from explorer.codegen.options import Options
 from explorer.codegen.records import PassRecord
-from explorer.errors import CompileError, Reproducer
+from explorer.errors import CompileError, OptionError, Reproducer
 
 
 @dataclass
@@ -49,10 +51,19 @@ class Lowered:
 
 @dataclass(frozen=True)
 class Step:
-    """A pass as shown to people (``name``) and as run (``pipeline``)."""
+    """A pass as shown to people (``name``) and as run: an upstream ``pipeline``, or one of our
+    passes written in Python (``run(op, pass_)``, added with ``PassManager.add``)."""
 
     name: str
     pipeline: str
+    run: Callable[[Any, Any], None] | None = field(default=None, compare=False)
+
+
+def scan_steps(state: Any) -> list[Step]:
+    """Our passes, in order: decompose the recurrence, choose the plan, lower the plan."""
+    from explorer.passes import decompose, lower, plan
+
+    return [Step(m.NAME, _top(m.NAME), m.make(state)) for m in (decompose, plan, lower)]
 
 
 def _top(p: str) -> str:
@@ -131,17 +142,24 @@ def cpu_steps(options: Options) -> list[Step]:
 _KERNEL_LLVM_AFTER = "reconcile-unrealized-casts (gpu.module)"
 
 
-def _reproducer(ir: str, pipeline: str) -> Reproducer:
+def _reproducer(ir: str, step: Step, options: Options | None = None) -> Reproducer:
     fd, path = tempfile.mkstemp(prefix="scanweaver-", suffix=".mlir")
     with os.fdopen(fd, "w") as f:
         f.write(ir)
-    command = f"mlir-opt {shlex.quote(path)} --pass-pipeline={shlex.quote(pipeline)}"
+    if step.run is not None and options is not None:
+        # our passes are Python: replayed by explorer.passes on the same IR and options
+        opts = json.dumps(options.as_dict(), sort_keys=True)
+        command = (f"python -m explorer.passes {shlex.quote(path)} --pass {step.name} "
+                   f"--options {shlex.quote(opts)}")
+    else:
+        command = f"mlir-opt {shlex.quote(path)} --pass-pipeline={shlex.quote(step.pipeline)}"
     return Reproducer(path, command)
 
 
-def _fail(message: str, step: Step, diagnostics: str, ir_before: str) -> CompileError:
+def _fail(message: str, step: Step, diagnostics: str, ir_before: str,
+          options: Options | None = None) -> CompileError:
     return CompileError(message, pass_name=step.name, diagnostics=diagnostics,
-                        ir_before=ir_before, reproducer=_reproducer(ir_before, step.pipeline))
+                        ir_before=ir_before, reproducer=_reproducer(ir_before, step, options))
 
 
 def _kernel_llvm_ir(module: Module) -> str:
@@ -179,6 +197,10 @@ def lower(built: BuiltModule | str, options: Options,
     llvm_seconds = 0.0
     start = time.perf_counter()
     with Context() as ctx, Location.unknown():
+        from explorer.dialect import scan
+
+        scan.load(ctx)
+
         def collect(d: Any) -> bool:
             diagnostics.append(f"{d.location}: {d.message}")
             for note in d.notes:
@@ -189,17 +211,28 @@ def lower(built: BuiltModule | str, options: Options,
             module = Module.parse(text)
         except Exception as err:   # MLIRError: the text does not parse or verify
             step = Step("parse", _top(""))
-            raise _fail("the module does not parse", step, str(err), text) from None
+            raise _fail("the module does not parse", step, str(err), text, options) from None
         before = text
         for step in steps:
             diagnostics.clear()
             t0 = time.perf_counter()
             try:
-                pm = PassManager.parse(step.pipeline)
+                if step.run is not None:
+                    pm = PassManager()
+                    pm.add(step.run, step.name)
+                else:
+                    pm = PassManager.parse(step.pipeline)
                 pm.run(module.operation)
+            except OptionError:
+                raise       # a plan the options asked for cannot be built: said as such
+            except CompileError as err:
+                if err.reproducer is not None:
+                    raise
+                message = str(err).split("\n")[0]
+                raise _fail(message, step, err.diagnostics, before, options) from None
             except Exception as err:
-                diag = "\n".join([*diagnostics, str(err)])
-                raise _fail(f"pass {step.name} failed", step, diag, before) from None
+                diag = "\n".join([*diagnostics, f"{type(err).__name__}: {err}"])
+                raise _fail(f"pass {step.name} failed", step, diag, before, options) from None
             seconds = time.perf_counter() - t0
             after = str(module)
             records.append(PassRecord(step.name, after, seconds, after != before,

@@ -1,0 +1,1 @@
+"""The ``scan`` dialect (IRDL, loaded at run time): see :mod:`explorer.dialect.scan`."""

@@ -1,0 +1,208 @@
+"""Pass ``scan-plan``: ``scan.affine`` + the compile options -> the plan, as ``scan`` ops.
+
+The plan says how the scan maps onto the machine, from the innermost level out:
+
+* ``scan.thread {elements = E}``: each thread composes E consecutive elements serially in
+  registers (E - 1 combines);
+* ``scan.block {threads = B, tree = ...}``: B threads, and the tree that scans their B aggregates
+  in shared memory, spelled out as one ``scan.sweep {phase, stride, active}`` per level (a
+  barrier after each): ``blelloch`` is an up-sweep (strides 1 .. B/2; the last level also sets
+  the total aside and starts the down-sweep, phase ``up_root``) and a down-sweep (strides B/4 ..
+  1) giving exclusive prefixes; ``kogge_stone`` is ``log2 B`` levels of phase ``scan`` (stride
+  2^d, every thread i >= 2^d combining with i - 2^d) giving inclusive prefixes;
+* ``scan.grid {scheme = "chunked", tile, min_tiles, fill, unchunked_from}``: how a sequence is
+  spread over blocks: whole when there are enough sequences to fill the GPU, else in chunks of
+  whole tiles (reduce each chunk, carry across chunks, rescan from the carry), the chunk length
+  chosen per call by this rule.
+
+The ``sequential`` strategy has ``scan.warp_tile {sequences = 32, steps}`` (a warp stages 32
+sequences x ``steps`` time steps through shared memory, coalesced, then each thread walks its
+own sequence), ``scan.block {tree = "none"}`` and ``scan.grid {scheme = "sequence-per-thread"}``.
+
+:func:`read_plan` reads the ops back into a :class:`Plan`: the lowering and the picture both
+read the plan from here, so the tree that is drawn is the tree that runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from explorer.dialect import scan
+from explorer.passes.plans import Level, ScanPlan, Step
+from explorer.passes.state import ScanState
+
+NAME = "scan-plan"
+#: the strategies whose block level is a tree over the threads' aggregates
+TREES = ("blelloch", "kogge_stone")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One level of the block tree: ``phase`` up / up_root / down (Blelloch) or scan
+    (Kogge-Stone), partners ``stride`` apart, ``active`` threads working."""
+
+    phase: str
+    stride: int
+    active: int
+
+
+@dataclass(frozen=True)
+class Grid:
+    scheme: str          # "chunked" or "sequence-per-thread"
+    tile: int = 0
+    min_tiles: int = 0
+    fill: float = 0.0
+    unchunked_from: float = 0.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan as read from the IR."""
+
+    strategy: str
+    threads: int
+    elements: int                 # per thread (tree strategies; 1 for sequential)
+    tree: str                     # blelloch | kogge_stone | none
+    sweeps: tuple[Sweep, ...]
+    grid: Grid
+    tile_steps: int = 0           # sequential: time steps of a warp tile
+
+    def picture(self, positions: int = 16) -> ScanPlan:
+        """The block tree over the first ``positions`` thread aggregates, level by level, as
+        the sweeps of the IR define it (a :class:`ScanPlan` that draws and runs on NumPy)."""
+        n = min(positions, self.threads)
+        if self.tree == "none":
+            levels = tuple(Level("scan", (Step("combine", i - 1, i),)) for i in range(1, n))
+            return ScanPlan("sequential", n, n, levels)
+        def up(s: int) -> Level:
+            return Level("up", tuple(Step("combine", r - s, r) for r in range(2 * s - 1, n, 2 * s)))
+
+        def down(s: int) -> Level:
+            return Level("down", tuple(Step("swap", r - s, r) for r in range(2 * s - 1, n, 2 * s)))
+
+        if self.tree == "kogge_stone":
+            levels = [Level("scan", tuple(Step("combine", i - sw.stride, i)
+                                          for i in range(sw.stride, n)))
+                      for sw in self.sweeps if sw.stride < n]
+        else:
+            # the up-sweep's last level (up_root) also swaps the root: drawn as the first
+            # level of the down-sweep, as the picture's own root (n // 2 when n < threads)
+            levels = [up(sw.stride) for sw in self.sweeps
+                      if sw.phase in ("up", "up_root") and sw.stride < n]
+            levels += [down(n // 2)] if n > 1 else []
+            levels += [down(sw.stride) for sw in self.sweeps
+                       if sw.phase == "down" and sw.stride < n // 2]
+        return ScanPlan(self.tree, n, n, tuple(levels))
+
+
+def sweeps_of(tree: str, threads: int) -> tuple[Sweep, ...]:
+    levels = threads.bit_length() - 1
+    if tree == "blelloch":
+        up = [Sweep("up_root" if d == levels - 1 else "up", 1 << d, threads >> (d + 1))
+              for d in range(levels)]
+        down = [Sweep("down", 1 << d, threads >> (d + 1)) for d in reversed(range(levels - 1))]
+        return tuple(up + down)
+    if tree == "kogge_stone":
+        return tuple(Sweep("scan", 1 << d, threads - (1 << d)) for d in range(levels))
+    raise ValueError(f"unknown tree {tree!r}")
+
+
+def choose_plan(form: Any, options: Any) -> Plan:
+    """The plan for ``form`` under ``options`` (what ``scan-plan`` writes as ops)."""
+    from explorer.codegen.kernels import CHUNK_FILL, UNCHUNKED_FROM, seq_layout
+
+    o = options
+    if o.strategy in TREES:
+        return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
+                    sweeps_of(o.strategy, o.block_size),
+                    Grid("chunked", o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
+    return Plan("sequential", o.block_size, 1, "none", (), Grid("sequence-per-thread"),
+                tile_steps=seq_layout(form, o).steps)
+
+
+def write_plan(plan: Plan) -> None:
+    """The ops of ``plan`` at the current insertion point."""
+    from explorer.codegen.kernels import WARP
+
+    if plan.tree in TREES:
+        scan.create("thread", {"elements": plan.elements})
+    else:
+        scan.create("warp_tile", {"sequences": WARP, "steps": plan.tile_steps})
+    scan.create("block", {"threads": plan.threads, "tree": plan.tree})
+    for sw in plan.sweeps:
+        scan.create("sweep", {"phase": sw.phase, "stride": sw.stride, "active": sw.active})
+    g = plan.grid
+    scan.create("grid", {"scheme": g.scheme, "tile": g.tile, "min_tiles": g.min_tiles,
+                         "fill": float(g.fill), "unchunked_from": float(g.unchunked_from)})
+
+
+def make(state: ScanState) -> Any:
+    def run(module_op: Any, pass_: Any) -> None:
+        from mlir.ir import InsertionPoint
+
+        affine = scan.ops(module_op, "affine")
+        if len(affine) != 1 or state.form is None:
+            raise ValueError(f"{NAME} runs after scan-decompose (one scan.affine)")
+        last = scan.ops(module_op)[-1]
+        with InsertionPoint.after(last), affine[0].location:
+            write_plan(choose_plan(state.form, state.options))
+        state.plan = read_plan(module_op)
+    return run
+
+
+def plan_from_dict(raw: Any) -> Plan:
+    """A :class:`Plan` from its ``dataclasses.asdict`` form (a compiled record's), checked:
+    ValueError, TypeError or KeyError when it is not one the lowering implements."""
+    if not isinstance(raw, dict):
+        raise TypeError("a plan is a JSON object")
+    sweeps = tuple(Sweep(str(s["phase"]), int(s["stride"]), int(s["active"]))
+                   for s in raw["sweeps"])
+    g = raw["grid"]
+    plan = Plan(str(raw["strategy"]), int(raw["threads"]), int(raw["elements"]),
+                str(raw["tree"]), sweeps,
+                Grid(str(g["scheme"]), int(g["tile"]), int(g["min_tiles"]), float(g["fill"]),
+                     float(g["unchunked_from"])), int(raw["tile_steps"]))
+    threads = plan.threads
+    if threads < 1 or threads > 1024 or threads & (threads - 1):
+        raise ValueError("a plan's threads are a power of two up to 1024")
+    if plan.tree in TREES:
+        if plan.sweeps != sweeps_of(plan.tree, threads):
+            raise ValueError(f"the sweeps are not those of a {plan.tree} tree")
+    elif plan.tree != "none" or plan.sweeps:
+        raise ValueError(f"unknown tree {plan.tree!r}")
+    return plan
+
+
+def read_plan(module_op: Any) -> Plan:
+    """The :class:`Plan` that the ``scan`` ops of ``module_op`` describe."""
+    def one(name: str) -> dict[str, Any] | None:
+        found = scan.ops(module_op, name)
+        if len(found) > 1:
+            raise ValueError(f"the plan has {len(found)} scan.{name} ops")
+        return scan.attrs(found[0]) if found else None
+
+    block, grid = one("block"), one("grid")
+    if block is None or grid is None:
+        raise ValueError("no plan in the module (run scan-plan first)")
+    thread, tile = one("thread"), one("warp_tile")
+    sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"])
+                   for a in map(scan.attrs, scan.ops(module_op, "sweep")))
+    tree = block["tree"]
+    if tree in TREES and sweeps != sweeps_of(tree, block["threads"]):
+        raise ValueError(f"the sweeps of the {tree} tree over {block['threads']} threads are "
+                         "not the ones its lowering implements")
+    return Plan(strategy=tree if tree in TREES else "sequential", threads=block["threads"],
+                elements=thread["elements"] if thread else 1, tree=tree, sweeps=sweeps,
+                grid=Grid(grid["scheme"], grid["tile"], grid["min_tiles"], grid["fill"],
+                          grid["unchunked_from"]),
+                tile_steps=tile["steps"] if tile else 0)
+
+
+def plan_ir(module_text: str) -> Plan:
+    """:func:`read_plan` of a module's text (the ``plan`` stage's), in a context of its own."""
+    from mlir.ir import Context, Location, Module
+
+    with Context() as ctx, Location.unknown():
+        scan.load(ctx)
+        return read_plan(Module.parse(module_text).operation)
