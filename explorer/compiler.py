@@ -31,7 +31,7 @@ from explorer.errors import OptionError
 from explorer.frontend.recurrence import Recurrence
 from explorer.groundtruth import arg_specs, h0_specs
 from explorer.passes.affine import AffineForm, decompose
-from explorer.passes.plans import MAX_DOT_POSITIONS, ScanPlan, make_plan
+from explorer.passes.plans import ScanPlan
 
 #: the picture of the plan is drawn for this many positions (the kernel's tile is larger)
 PLAN_PICTURE_N = 16
@@ -73,6 +73,8 @@ class Compiled:
     #: built by this process's compiler; False for anything decoded from bytes (a record file,
     #: the disk cache): its lowered module is never JIT-compiled on the host (see runner)
     trusted: bool = True
+    #: the plan as the scan-plan pass wrote it and the lowering read it
+    scan_plan: Any = None
     _device: str | None = field(default=None, repr=False)
     _runners: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -120,8 +122,9 @@ class Compiled:
                 if self.target != "cuda":
                     raise OptionError("this compile targets the CPU; compile with target='cuda'")
                 from explorer.runtime.artifact import load_artifact
-                from explorer.runtime.cuda import CudaKernel
+                from explorer.runtime.cuda import CudaKernel, require_gpu
 
+                require_gpu()   # LaunchError saying why: no CuPy, no CUDA device
                 folder = cache_dir() / "artifacts" / self.key
                 if not (folder / "manifest.json").exists():
                     self.save(folder)
@@ -274,28 +277,28 @@ def _key(text: str, options: dict[str, Any]) -> str:
 
 def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
              t_parse: float) -> Compiled:
-    from explorer.codegen.kernels import build_module
-    from explorer.codegen.pipeline import lower
+    from explorer.codegen.pipeline import cpu_steps, cuda_steps, lower, scan_steps
+    from explorer.dialect.build import build_scan
+    from explorer.passes.state import ScanState
 
     stages: OrderedDict[str, Stage] = OrderedDict()
     stages["recurrence"] = Stage("recurrence", rec.summary(), t_parse, rec.dependence_dot())
 
     t0 = time.perf_counter()
-    form = decompose(rec)
-    stages["affine"] = Stage("affine", form.as_text(), time.perf_counter() - t0)
-
-    t0 = time.perf_counter()
-    plan = _plan(opts.strategy, opts.block_size)
-    picture = make_plan(opts.strategy, min(PLAN_PICTURE_N, MAX_DOT_POSITIONS, plan.n))
-    text = _plan_text(opts) + "\n\n" + plan.as_text()
-    stages["plan"] = Stage("plan", text, time.perf_counter() - t0, picture.to_dot())
-
-    t0 = time.perf_counter()
-    built = build_module(form, opts)
-    stages["mlir"] = Stage("mlir", built.text, time.perf_counter() - t0, kind="mlir")
-
-    lowered = lower(built, opts)
+    text = build_scan(rec)
+    t_build = time.perf_counter() - t0
+    state = ScanState(rec, opts)
+    upstream = cuda_steps(opts) if opts.target == "cuda" else cpu_steps(opts)
+    lowered = lower(text, opts, scan_steps(state) + upstream)
     passes = list(lowered.passes)
+    ours = {p.name: p for p in passes[:3]}
+    form, plan = state.form, state.plan
+    decomposed, planned = ours["scan-decompose"], ours["scan-plan"]
+    stages["affine"] = Stage("affine", form.as_text() + "\n\n" + _scan_ops(decomposed.ir),
+                             decomposed.seconds)
+    stages["plan"] = Stage("plan", _plan_text(plan) + "\n\n" + _scan_ops(planned.ir),
+                           planned.seconds, plan.picture(PLAN_PICTURE_N).to_dot())
+    stages["mlir"] = Stage("mlir", text, t_build, kind="mlir")
     for i, p in enumerate(passes):
         name = p.name if p.name not in stages else f"{p.name} #{i}"
         stages[name] = Stage(name, p.ir, p.seconds, kind="mlir")
@@ -308,37 +311,40 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
         from explorer.codegen.ptxas import ptxas_info
 
         ptx_info = ptxas_info(lowered.ptx, opts.chip)
-    specs = built.kernels or []
-    kernels = [dict(k.manifest(), args=built.args) for k in specs] or [
-        {"name": built.kernel_name, "block": list(built.block),
-         "sequences_per_block": built.sequences_per_block,
-         "shared_bytes": built.shared_bytes, "args": built.args}]
-    return Compiled(rec, form, plan, opts.strategy, opts.target, opt_dict, stages, passes,
-                    kernels, lowered.final_module, lowered.ptx, lowered.llvm_ir, ptx_info, key)
+    built = state.built
+    kernels = [dict(k.manifest(), args=built.args) for k in built.kernels]
+    return Compiled(rec, form, plan.picture(plan.threads), opts.strategy, opts.target, opt_dict,
+                    stages, passes, kernels, lowered.final_module, lowered.ptx, lowered.llvm_ir,
+                    ptx_info, key, scan_plan=plan)
 
 
-def _plan(strategy: str, block_size: int) -> ScanPlan:
-    """The plan the kernels run: Blelloch over a block's thread aggregates; the sequential
-    kernel's unit of work is a warp tile of 32 time steps."""
-    return make_plan(strategy, block_size if strategy == "blelloch" else 32)
+def _scan_ops(ir: str) -> str:
+    """The ``scan`` ops of a module's text (what our passes wrote), one a line."""
+    return "\n".join(line.strip() for line in ir.splitlines() if '"scan.' in line)
 
 
-def _plan_text(opts: Any) -> str:
-    if opts.strategy == "blelloch":
-        E, B = opts.elements_per_thread, opts.block_size
-        return (
-            f"each block scans one chunk of a sequence in tiles of {B * E} steps ({B} threads x "
-            f"{E} elements):\n"
-            f"  1. each thread composes its {E} consecutive elements sequentially in registers "
-            f"({E - 1} combines)\n"
-            f"  2. the Blelloch tree below runs over the {B} thread aggregates in shared memory\n"
-            f"  3. each thread applies its exclusive prefix to its {E} elements\n"
-            "the chunk length is chosen per call: the whole sequence when there are enough "
-            "sequences to fill the GPU, else the fewest chunks (of at least "
-            f"{opts.time_chunk} steps) that do; then reduce (one aggregate per chunk) -> carry "
-            "(one block per sequence scans the aggregates) -> scan each chunk from its carry")
-    return ("each warp stages 32 sequences x 32 time steps through shared memory, coalesced "
-            "along time; one thread per sequence walks its row with the state in registers")
+def _plan_text(plan: Any) -> str:
+    B, E = plan.threads, plan.elements
+    if plan.tree == "none":
+        return (f"each warp stages 32 sequences x {plan.tile_steps} time steps through shared "
+                "memory, coalesced along time; one thread per sequence walks its row with the "
+                f"state in registers ({B} threads, {B} sequences a block)")
+    g = plan.grid
+    tree = {"blelloch": "Blelloch (up-sweep, then down-sweep: exclusive prefixes)",
+            "kogge_stone": "Kogge-Stone (log2 B levels: inclusive prefixes)"}[plan.tree]
+    return (
+        f"each block scans one chunk of a sequence in tiles of {B * E} steps ({B} threads x "
+        f"{E} elements):\n"
+        f"  1. scan.thread: each thread composes its {E} consecutive elements sequentially in "
+        f"registers ({E - 1} combines)\n"
+        f"  2. scan.block: the {tree} tree over the {B} thread aggregates in shared memory, "
+        f"{len(plan.sweeps)} sweeps, a barrier after each\n"
+        f"  3. each thread applies its exclusive prefix to its {E} elements\n"
+        f"  4. scan.grid ({g.scheme}): a whole sequence per block when there are at least "
+        f"{g.unchunked_from} x the GPU's block slots of sequences, else chunks of at least "
+        f"{g.min_tiles} tiles giving {g.fill} x the slots in blocks: reduce (one aggregate per "
+        "chunk) -> carry (one block per sequence scans the aggregates) -> scan each chunk from "
+        "its carry; the chunk length is chosen per call")
 
 
 # -- the cache ----------------------------------------------------------------------------------
@@ -363,7 +369,7 @@ def _remember(c: Compiled) -> None:
 # can write a record with a valid checksum, so a decoded record is untrusted (``trusted=False``):
 # its text is shown and its PTX runs on the GPU like any artifact, but its host code is rebuilt
 # from the recurrence text and options (the lowered host module is not even stored).
-_FORMAT = "scanweaver-compiled/2"
+_FORMAT = "scanweaver-compiled/3"
 #: largest record read (uncompressed): a compile of the selective scan is a few MB
 RECORD_LIMIT = 256 * 1024 * 1024
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -376,7 +382,7 @@ def _encode(c: Compiled) -> bytes:
         "strategy": c.strategy, "target": c.target, "options": c.options,
         "stages": [asdict(s) for s in c.stages.values()],
         "passes": [asdict(p) for p in c.passes],
-        "kernels": c.kernels, "ptx": c.ptx,
+        "kernels": c.kernels, "ptx": c.ptx, "plan": asdict(c.scan_plan),
         "llvm_ir": c.llvm_ir, "ptx_info": c.ptx_info,
     }).encode()
     header = json.dumps({"format": _FORMAT, "key": c.key,
@@ -456,9 +462,12 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     ptx = typed(payload["ptx"], (str, type(None)), "ptx")
     llvm_ir = typed(payload["llvm_ir"], str, "llvm_ir")
     ptx_info = typed(payload["ptx_info"], (dict, type(None)), "ptx_info")
-    plan = _plan(strategy, checked["block_size"])
-    return Compiled(rec, decompose(rec), plan, strategy, target, checked, stages, passes,
-                    kernels, "", ptx, llvm_ir, ptx_info, key, from_cache=True, trusted=False)
+    from explorer.passes.plan import plan_from_dict
+
+    plan = plan_from_dict(payload["plan"])
+    return Compiled(rec, decompose(rec), plan.picture(plan.threads), strategy, target, checked,
+                    stages, passes, kernels, "", ptx, llvm_ir, ptx_info, key, from_cache=True,
+                    trusted=False, scan_plan=plan)
 
 
 def load_compiled(path: str | os.PathLike[str]) -> Compiled:
