@@ -1,0 +1,130 @@
+"""The saved explorer output: the compile bundle, its HTML fallback and the snapshot file."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from explorer.widget import bundle as B
+
+LINES = st.lists(st.sampled_from(["a", "b", "c", "%0 = arith.addf", "}", ""]), max_size=12)
+
+
+@given(LINES, LINES)
+def test_line_edits_rebuild_the_text_after(before: list[str], after: list[str]) -> None:
+    old, new = "\n".join(before), "\n".join(after)
+    edits = B.line_edits(old, new)
+    assert B.apply_edits(old, edits) == new
+    assert (edits == []) == (old == new)
+
+
+def test_measurements_from_the_run_panel_the_bench_and_dicts() -> None:
+    from explorer.widget.run import Measurement
+
+    panel = Measurement("compiled blelloch", 1024, 64, 2e-5, 786432, "cuda",
+                        {"kind": "generated", "status": "ok"})
+    bench = {"method": "copy", "L": 1024, "C": 64, "time_ms": 0.01, "bytes": 786432,
+             "kind": "roofline", "status": "ok"}
+    records = B.measurement_records([panel, bench])
+    assert records is not None
+    assert records[0] == {"name": "compiled blelloch", "length": 1024, "channels": 64,
+                          "seconds": 2e-5, "bytes": 786432, "device": "cuda",
+                          "kind": "generated", "status": "ok"}
+    assert records[1]["name"] == "copy" and records[1]["kind"] == "roofline"
+    assert records[1]["seconds"] == pytest.approx(1e-5)
+    assert B.measurement_records(None) is None
+
+
+def test_plot_draws_a_line_per_method_and_skips_failures() -> None:
+    records = [
+        {"name": "compiled", "length": 2 ** k, "channels": 4, "seconds": 1e-5, "bytes": 12 * 2 ** k,
+         "device": "cpu", "kind": "generated", "status": "ok"} for k in range(6, 10)]
+    records.append({"name": "CUB <x>", "length": 64, "channels": 4, "seconds": 0.0, "bytes": 1,
+                    "device": "cuda", "kind": "baseline", "status": "skipped"})
+    svg = B.plot_svg(records)
+    assert svg is not None and svg.startswith("<svg")
+    assert svg.count("<polyline") == 1 and "CUB" not in svg
+    assert B.plot_svg(records[-1:]) is None
+
+
+# -- on a real compile ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def compiled() -> Any:
+    pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
+    import explorer as ex
+
+    return ex.compile(ex.PRESETS["affine scan"])
+
+
+@pytest.fixture(scope="module")
+def measurements() -> list[dict[str, Any]]:
+    return [{"name": "compiled blelloch (CPU)", "length": 2 ** k, "channels": 64,
+             "seconds": 1e-6 * 2 ** (k - 6), "bytes": 12 * 64 * 2 ** k, "device": "cpu"}
+            for k in range(6, 12)]
+
+
+def test_record_holds_every_stage_and_pass(compiled: Any, measurements: Any) -> None:
+    record = B.compile_record(compiled, measurements)
+    json.dumps(record)  # JSON-ready
+    assert record["format"] == B.FORMAT
+    assert record["recurrence"] == compiled.recurrence.text
+    assert [s["name"] for s in record["stages"]] == list(compiled.stages)
+    assert [p["name"] for p in record["passes"]] == [p.name for p in compiled.passes]
+    assert [p["changed"] for p in record["passes"]] == [p.changed for p in compiled.passes]
+    assert record["ptx_info"] == compiled.ptx_info
+    assert len(record["measurements"]) == len(measurements)
+    assert record["locations"] is None
+    # every text comes back exactly, and unchanged passes store no edit
+    texts, irs = B._stage_texts(record)
+    assert texts == {name: stage.text for name, stage in compiled.stages.items()}
+    assert irs == [p.ir for p in compiled.passes]
+    for stored, p in zip(record["passes"], compiled.passes):
+        if not p.changed:
+            assert stored["edits"] == []
+    # the IR is stored once: the record is much smaller than the texts it holds
+    size = len(json.dumps(record))
+    assert size < 0.75 * sum(len(s.text) for s in compiled.stages.values())
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz 'dot' is not installed")
+def test_record_has_the_pictures_as_svg(compiled: Any) -> None:
+    graphs = B.compile_record(compiled)["graphs"]
+    assert {"recurrence", "plan"} <= set(graphs)
+    assert all(svg.startswith("<svg") for svg in graphs.values())
+
+
+def test_mime_bundle_has_the_record_an_html_fallback_and_text(compiled: Any,
+                                                               measurements: Any) -> None:
+    bundle = B.mime_bundle(compiled, measurements)
+    assert set(bundle) == {B.MIME_TYPE, "text/html", "text/plain"}
+    page = bundle["text/html"]
+    assert "<script" not in page  # readable where scripts do not run (GitHub, nbviewer)
+    assert "ScanWeaver Explorer" in page and "MLIR passes" in page
+    assert page.count("<details>") >= len(compiled.passes)
+    assert "<polyline" in page  # the timing plot
+    assert compiled.passes[0].name in page
+    assert "registers / thread" in page
+    assert compiled.recurrence.text in bundle["text/plain"]
+    saved = B.SavedOutput(compiled, measurements)._repr_mimebundle_()
+    assert saved[B.MIME_TYPE]["passes"] == bundle[B.MIME_TYPE]["passes"]
+
+
+def test_snapshot_is_one_self_contained_file(compiled: Any, measurements: Any,
+                                             tmp_path: Path) -> None:
+    path = B.snapshot(compiled, tmp_path / "out" / "scan.html", measurements)
+    page = path.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    # nothing is loaded from elsewhere
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<script" not in page
+    # every line of the PTX is there (the notebook fallback shows the first lines only)
+    last_ptx_line = compiled.stages["ptx"].text.strip().splitlines()[-1]
+    assert last_ptx_line.strip() in re.sub(r"<[^>]+>", "", page)
+    assert "The first" not in page
