@@ -51,19 +51,54 @@ MAX_GRID_X = 2**31 - 1
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
 
-def _cupy() -> Any:
-    import cupy
+#: how to get CuPy, for the messages below
+_INSTALL_CUPY = "pip install cupy-cuda13x (cupy-cuda12x for CUDA 12)"
 
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as err:
+        raise LaunchError(f"cannot run on the GPU: {_import_reason(err)}") from None
     return cupy
+
+
+def _import_reason(err: BaseException) -> str:
+    if isinstance(err, ModuleNotFoundError) and err.name == "cupy":
+        return f"CuPy is not installed ({_INSTALL_CUPY})"
+    return f"CuPy does not import ({type(err).__name__}: {_one_line(err)})"
+
+
+def gpu_unavailable_reason() -> str | None:
+    """None when CuPy imports and sees a CUDA device; otherwise one line saying why not."""
+    try:
+        import cupy
+    except Exception as err:  # noqa: BLE001 - a broken install is a reason, not a crash
+        return _import_reason(err)
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as err:  # noqa: BLE001 - no driver, no device, a driver too old
+        return f"no CUDA device: CuPy cannot reach one ({_one_line(err)})"
+    if count < 1:
+        return "no CUDA device: CuPy sees none"
+    return None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def gpu_available() -> bool:
     """True when CuPy imports and sees at least one CUDA device."""
-    try:
-        cp = _cupy()
-        return int(cp.cuda.runtime.getDeviceCount()) > 0
-    except Exception:
-        return False
+    return gpu_unavailable_reason() is None
+
+
+def require_gpu() -> None:
+    """Raise :class:`LaunchError` saying why (no CuPy, no CUDA device) when the GPU cannot be
+    used; return quietly when it can."""
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise LaunchError(f"cannot run on the GPU: {reason}")
 
 
 # --- array kinds -----------------------------------------------------------------------------
@@ -353,6 +388,7 @@ class CudaKernel:
         """
         kind, template = _result_kind(arrays)
         specs = self.check(L=L, **arrays)
+        require_gpu()
         cp = _cupy()
         device = _input_device(arrays)
         with cp.cuda.Device(device):
@@ -544,5 +580,5 @@ def run_artifact(path: str | os.PathLike[str] | Artifact, **arrays: Any) -> Any:
     return CudaKernel.from_artifact(path)(**arrays)
 
 
-__all__ = ["CudaKernel", "Launch", "gpu_available", "run_artifact", "array_kind",
-           "check_array_dtype"]
+__all__ = ["CudaKernel", "Launch", "gpu_available", "gpu_unavailable_reason", "require_gpu",
+           "run_artifact", "array_kind", "check_array_dtype"]
