@@ -34,8 +34,14 @@ The same value is passed to every kernel and sizes the workspaces, so the grid a
 formulas above hold with it.  A manifest with integers only (older artifacts) launches as before.
 
 The manifest's ``hash`` is the SHA-256 of its own canonical JSON (sorted keys, without the
-``hash`` field) followed by the bytes of every PTX file in kernel order; :func:`load_artifact`
-recomputes it and refuses an artifact whose files were changed after it was written.
+``hash`` field) followed by the bytes of every PTX file in kernel order.  It is mandatory:
+:func:`load_artifact` refuses a manifest without one, and an artifact whose files were changed
+after it was written.  The hash detects damage, not intent (anyone can write a matching one).
+
+An artifact comes from elsewhere, so :func:`load_artifact` trusts nothing in it: the manifest
+and the PTX files must be regular files inside the directory (not links, FIFOs or directories),
+at most :data:`MANIFEST_LIMIT` / :data:`PTX_LIMIT` bytes, UTF-8, and every field is checked for
+its type and range.  Every failure is an :class:`ArtifactError` naming the file or the field.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +65,18 @@ DEFAULT_PTX = "kernel.ptx"
 ROLES = ("input", "param", "h0", "output", "size", "workspace")
 ARG_DTYPES = ("float32", "int64")
 SIZE_NAMES = ("C", "N", "L", "time_chunk")
+#: largest manifest read (the selective scan's is about 7 KB)
+MANIFEST_LIMIT = 2 * 1024 * 1024
+#: largest PTX file read (the selective scan's is about 60 KB)
+PTX_LIMIT = 16 * 1024 * 1024
+#: most kernels in a manifest, and arguments of a kernel
+MAX_KERNELS = 64
+MAX_ARGS = 256
+#: deepest nesting of JSON values in a manifest (the format itself needs 5)
+MAX_DEPTH = 32
+#: a PTX file name: a plain name in the artifact directory, no path, no leading dot
+PTX_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\.ptx")
+_HASH = re.compile(r"[0-9a-f]{64}")
 #: the size argument chosen per call by the chunk rule
 TIME_CHUNK = "time_chunk"
 
@@ -272,21 +292,21 @@ def _need(obj: Mapping[str, Any], key: str, where: str) -> Any:
 
 def _parse_arg(raw: Any, where: str) -> ArgInfo:
     if not isinstance(raw, Mapping):
-        raise ArtifactError(f"{where}: an argument must be an object, got {raw!r}")
+        raise ArtifactError(f"{where}: an argument must be an object, got {_show(raw)}")
     name = _need(raw, "name", where)
     role = _need(raw, "role", where)
-    if not isinstance(name, str) or not name:
-        raise ArtifactError(f"{where}: argument name must be a non-empty string, got {name!r}")
-    if role not in ROLES:
-        raise ArtifactError(f"{where}: argument {name!r} has role {role!r}; "
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
+        raise ArtifactError(f"{where}: argument name must be an identifier, got {_show(name)}")
+    if not isinstance(role, str) or role not in ROLES:
+        raise ArtifactError(f"{where}: argument {name!r} has role {_show(role)}; "
                             f"expected one of {', '.join(ROLES)}")
     dtype = raw.get("dtype", "int64" if role == "size" else "float32")
-    if dtype not in ARG_DTYPES:
-        raise ArtifactError(f"{where}: argument {name!r} has dtype {dtype!r}; "
+    if not isinstance(dtype, str) or dtype not in ARG_DTYPES:
+        raise ArtifactError(f"{where}: argument {name!r} has dtype {_show(dtype)}; "
                             f"expected one of {', '.join(ARG_DTYPES)}")
     if role == "size":
         if name not in SIZE_NAMES:
-            raise ArtifactError(f"{where}: size argument {name!r} must be one of "
+            raise ArtifactError(f"{where}.name: size argument {name!r} must be one of "
                                 f"{', '.join(SIZE_NAMES)}")
         if dtype != "int64":
             raise ArtifactError(f"{where}: size argument {name!r} must be int64")
@@ -301,26 +321,54 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
                                   "time_chunk")
     if role == "size" and name == TIME_CHUNK:
         rule = _parse_rule(raw.get("chunk_rule"), f"{where}: size argument {name!r}")
-    return ArgInfo(name=name, role=role, timed=bool(raw.get("timed", False)),
-                   lane=bool(raw.get("lane", False)), dtype=dtype, per_chunk=per_chunk,
-                   time_chunk=time_chunk, chunk_rule=rule)
+    timed = _flag(raw.get("timed", False), f"{where}: argument {name!r} timed")
+    lane = _flag(raw.get("lane", False), f"{where}: argument {name!r} lane")
+    return ArgInfo(name=name, role=role, timed=timed, lane=lane, dtype=dtype,
+                   per_chunk=per_chunk, time_chunk=time_chunk, chunk_rule=rule)
+
+
+def _flag(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ArtifactError(f"{what} must be true or false, got {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    """A value for a message: its repr, cut short (a hostile manifest may hold megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _parse_rule(raw: Any, where: str) -> ChunkRule:
     if not isinstance(raw, Mapping):
         raise ArtifactError(f"{where}: needs chunk_rule {{tile, min_tiles, fill, "
                             "unchunked_from}}, "
-                            f"got {raw!r}")
+                            f"got {_show(raw)}")
     tile = _positive(raw.get("tile"), f"{where}: chunk_rule tile")
     min_tiles = _positive(raw.get("min_tiles", 1), f"{where}: chunk_rule min_tiles")
     fill = raw.get("fill", 1.0)
     unchunked = raw.get("unchunked_from", fill)
+    numbers = {}
     for key, v in (("fill", fill), ("unchunked_from", unchunked)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise ArtifactError(f"{where}: chunk_rule {key} must be a positive number, "
-                                f"got {v!r}")
-    return ChunkRule(tile=tile, min_tiles=min_tiles, fill=float(fill),
-                     unchunked_from=float(unchunked))
+        numbers[key] = _positive_number(v, f"{where}: chunk_rule {key}")
+    return ChunkRule(tile=tile, min_tiles=min_tiles, fill=numbers["fill"],
+                     unchunked_from=numbers["unchunked_from"])
+
+
+def _positive_number(value: Any, what: str) -> float:
+    """A finite positive number no larger than 2**20 (a factor of the machine's block slots)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        try:
+            number = float(value)
+        except OverflowError:   # an integer too large for a float
+            ok = False
+        else:
+            ok = math.isfinite(number) and 0 < number <= 2**20
+    if not ok:
+        raise ArtifactError(f"{what} must be a positive number (at most 2**20), "
+                            f"got {_show(value)}")
+    return number
 
 
 def _chunk_value(value: Any, what: str) -> int | str:
@@ -331,40 +379,49 @@ def _chunk_value(value: Any, what: str) -> int | str:
 
 
 def _positive(value: Any, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ArtifactError(f"{what} must be a positive integer, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_INT:
+        raise ArtifactError(f"{what} must be a positive integer (at most 2**62), "
+                            f"got {_show(value)}")
     return value
+
+
+#: largest integer of a geometry field: every size is computed in int64 on the device side
+MAX_INT = 2**62
+#: a PTX entry point or an argument name
+_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]{0,255}")
 
 
 def _parse_kernel(raw: Any, index: int) -> KernelInfo:
     where = f"kernels[{index}]"
     if not isinstance(raw, Mapping):
-        raise ArtifactError(f"{where}: must be an object")
+        raise ArtifactError(f"{where}: must be an object, got {_show(raw)}")
     name = _need(raw, "name", where)
-    if not isinstance(name, str) or not name:
-        raise ArtifactError(f"{where}: name must be the PTX entry symbol")
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
+        raise ArtifactError(f"{where}: name must be the PTX entry symbol (an identifier), "
+                            f"got {_show(name)}")
     ptx = raw.get("ptx", DEFAULT_PTX)
-    if not isinstance(ptx, str) or not ptx or os.path.isabs(ptx) or ".." in Path(ptx).parts:
-        raise ArtifactError(f"{where}: ptx must be a file name inside the artifact, got {ptx!r}")
+    if not isinstance(ptx, str) or not PTX_NAME.fullmatch(ptx):
+        raise ArtifactError(f"{where}: ptx must be the name of a .ptx file in the artifact "
+                            f"directory (no path, no '..'), got {_show(ptx)}")
     block_raw = _need(raw, "block", where)
     if (not isinstance(block_raw, Sequence) or not 1 <= len(block_raw) <= 3
             or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0
                        for b in block_raw)):
-        raise ArtifactError(f"{where}: block must be 1 to 3 positive integers, got {block_raw!r}")
+        raise ArtifactError(f"{where}: block must be 1 to 3 positive integers, "
+                            f"got {_show(block_raw)}")
     block = tuple(block_raw) + (1,) * (3 - len(block_raw))
-    if math.prod(block) > 1024:
-        raise ArtifactError(f"{where}: block {list(block)} has more than 1024 threads")
-    spb = raw.get("sequences_per_block", 1)
-    if not isinstance(spb, int) or isinstance(spb, bool) or spb < 1:
-        raise ArtifactError(f"{where}: sequences_per_block must be a positive integer, "
-                            f"got {spb!r}")
+    if max(block) > 1024 or math.prod(block) > 1024:
+        raise ArtifactError(f"{where}: block {_show(list(block))} has more than 1024 threads")
+    spb = _positive(raw.get("sequences_per_block", 1), f"{where}: sequences_per_block")
     shared = raw.get("shared_bytes", 0)
-    if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
+    if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= 2**31:
         raise ArtifactError(f"{where}: shared_bytes must be a non-negative integer, "
-                            f"got {shared!r}")
+                            f"got {_show(shared)}")
     args_raw = _need(raw, "args", where)
-    if not isinstance(args_raw, Sequence) or isinstance(args_raw, str):
-        raise ArtifactError(f"{where}: args must be a list")
+    if not isinstance(args_raw, list):
+        raise ArtifactError(f"{where}: args must be a list, got {_show(args_raw)}")
+    if len(args_raw) > MAX_ARGS:
+        raise ArtifactError(f"{where}: args has {len(args_raw)} entries, at most {MAX_ARGS}")
     args = tuple(_parse_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args_raw))
     # an input may share its name with a state (h0, output) or a size (the selective scan's C)
     names = [(a.name, a.role if a.role in ("h0", "output", "size", "workspace") else "array")
@@ -377,9 +434,10 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
         time_chunk = _chunk_value(time_chunk, f"{where}: time_chunk")
     longer = raw.get("launch_when_longer_than")
     if longer is not None and longer != TIME_CHUNK and (
-            not isinstance(longer, int) or isinstance(longer, bool) or longer < 0):
+            not isinstance(longer, int) or isinstance(longer, bool)
+            or not 0 <= longer <= MAX_INT):
         raise ArtifactError(f"{where}: launch_when_longer_than must be a non-negative integer "
-                            f"or {TIME_CHUNK!r}, got {longer!r}")
+                            f"or {TIME_CHUNK!r}, got {_show(longer)}")
     per_call = [v for v in (time_chunk, longer, *(a.time_chunk for a in args)) if v == TIME_CHUNK]
     if per_call and not any(a.role == "size" and a.name == TIME_CHUNK for a in args):
         raise ArtifactError(f"{where}: uses {TIME_CHUNK!r} per call but has no size argument "
@@ -392,33 +450,74 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
 def validate_manifest(manifest: Mapping[str, Any]) -> tuple[KernelInfo, ...]:
     """Check a manifest against the format; return its kernels.  Raises :class:`ArtifactError`."""
     if not isinstance(manifest, Mapping):
-        raise ArtifactError("the manifest must be a JSON object")
+        raise ArtifactError(f"the manifest must be a JSON object, got {_show(manifest)}")
+    _check_values(manifest)
     fmt = _need(manifest, "format", "manifest")
     if fmt != FORMAT:
-        raise ArtifactError(f"manifest: format {fmt!r} is not {FORMAT!r}")
+        raise ArtifactError(f"manifest: format {_show(fmt)} is not {FORMAT!r}")
     dtype = manifest.get("dtype", "float32")
     if dtype != "float32":
-        raise ArtifactError(f"manifest: dtype {dtype!r} is not supported (float32 only)")
+        raise ArtifactError(f"manifest: dtype {_show(dtype)} is not supported (float32 only)")
+    for key, kind, what in _TOP_FIELDS:
+        if key in manifest and not isinstance(manifest[key], kind):
+            raise ArtifactError(f"manifest: field {key!r} must be {what}, "
+                                f"got {_show(manifest[key])}")
+    if "hash" in manifest and not _HASH.fullmatch(manifest["hash"]):
+        raise ArtifactError(f"manifest: field 'hash' must be 64 hex digits (SHA-256), "
+                            f"got {_show(manifest['hash'])}")
     kernels_raw = _need(manifest, "kernels", "manifest")
-    if not isinstance(kernels_raw, Sequence) or isinstance(kernels_raw, str) or not kernels_raw:
-        raise ArtifactError("manifest: kernels must be a non-empty list")
+    if not isinstance(kernels_raw, list) or not kernels_raw:
+        raise ArtifactError(f"manifest: kernels must be a non-empty list, "
+                            f"got {_show(kernels_raw)}")
+    if len(kernels_raw) > MAX_KERNELS:
+        raise ArtifactError(f"manifest: kernels has {len(kernels_raw)} entries, "
+                            f"at most {MAX_KERNELS}")
     kernels = tuple(_parse_kernel(k, i) for i, k in enumerate(kernels_raw))
+    for field_name in ("outputs", "lane_outputs"):
+        names = manifest.get(field_name)
+        if names is not None and not all(isinstance(o, str) and _IDENT.fullmatch(o)
+                                         for o in names):
+            raise ArtifactError(f"manifest: {field_name} must be a list of names, "
+                                f"got {_show(names)}")
     outputs = manifest.get("outputs")
     if outputs is not None:
-        if not isinstance(outputs, Sequence) or isinstance(outputs, str) or not all(
-                isinstance(o, str) for o in outputs):
-            raise ArtifactError("manifest: outputs must be a list of names")
-        for k in kernels:
+        for i, k in enumerate(kernels):
             written = {a.name for a in k.args_with_role("output")}
             unknown = sorted(written - set(outputs))
             if unknown:
-                raise ArtifactError(f"manifest: kernel {k.name!r} writes {unknown}, "
+                raise ArtifactError(f"manifest: kernels[{i}].args ({k.name!r}) write {unknown}, "
                                     f"which are not in outputs {list(outputs)}")
         produced = set().union(*({a.name for a in k.args_with_role("output")} for k in kernels))
         missing = [o for o in outputs if o not in produced]
         if missing:
-            raise ArtifactError(f"manifest: outputs {missing} are written by no kernel")
+            raise ArtifactError(f"manifest: outputs {missing} are written by no kernel (no "
+                                "argument of role 'output' in kernels[].args)")
     return kernels
+
+
+#: optional top-level fields: (name, type, what the message says it must be)
+_TOP_FIELDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("recurrence", str, "a string"), ("strategy", str, "a string"),
+    ("options", dict, "an object"), ("chip", str, "a string"), ("vector", bool, "true or false"),
+    ("outputs", list, "a list of names"), ("lane_outputs", list, "a list of names"),
+    ("versions", dict, "an object"), ("key", str, "a string"), ("hash", str, "a string"),
+)
+
+
+def _check_values(manifest: Mapping[str, Any]) -> None:
+    """Refuse values nested deeper than :data:`MAX_DEPTH` and numbers JSON cannot hold (NaN,
+    infinities), anywhere in the manifest (checked without recursion)."""
+    stack: list[tuple[Any, int, str]] = [(manifest, 1, "manifest")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ArtifactError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ArtifactError(f"{where}: {value} is not a JSON number")
+        if isinstance(value, Mapping):
+            stack.extend((v, depth + 1, f"{where}.{k}") for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, f"{where}[{i}]") for i, v in enumerate(value))
 
 
 def content_hash(manifest: Mapping[str, Any], ptx_text: Mapping[str, str]) -> str:
@@ -439,41 +538,93 @@ def content_hash(manifest: Mapping[str, Any], ptx_text: Mapping[str, str]) -> st
 
 # --- reading and writing -------------------------------------------------------------------
 
-def load_artifact(path: str | os.PathLike[str], verify: bool = True) -> Artifact:
+def load_artifact(path: str | os.PathLike[str]) -> Artifact:
     """Read an artifact directory (or its ``manifest.json``) and check it.
 
-    ``verify`` recomputes the content hash when the manifest has one and raises
-    :class:`ArtifactError` if the files do not match it.
+    The content hash is mandatory and recomputed.  Raises :class:`ArtifactError` naming the
+    file or field for anything wrong: a missing or unreadable file, a FIFO, directory or
+    symbolic link in place of a file, a file over its size cap, bytes that are not UTF-8, JSON
+    that does not parse or nests too deeply, a field of the wrong type, a missing or wrong hash.
     """
     p = Path(path)
-    if p.is_file() and p.name == MANIFEST:
-        p = p.parent
-    mpath = p / MANIFEST
-    if not mpath.is_file():
-        raise ArtifactError(f"{p}: not an artifact directory (no {MANIFEST})")
     try:
-        manifest = json.loads(mpath.read_text())
-    except json.JSONDecodeError as err:
-        raise ArtifactError(f"{mpath}: not valid JSON ({err})") from None
-    kernels = validate_manifest(manifest)
-    ptx_text: dict[str, str] = {}
-    for k in kernels:
-        if k.ptx in ptx_text:
-            continue
-        fpath = p / k.ptx
-        if not fpath.is_file():
-            raise ArtifactError(f"{p}: kernel {k.name!r} names {k.ptx!r}, which is missing")
-        ptx_text[k.ptx] = fpath.read_text()
-        if f".entry {k.name}" not in ptx_text[k.ptx] and f".entry {k.name}(" not in \
-                ptx_text[k.ptx]:
-            raise ArtifactError(f"{fpath}: no .entry {k.name!r} in the PTX")
-    if verify and manifest.get("hash"):
+        if p.name == MANIFEST and not p.is_dir():
+            p = p.parent
+        if not p.is_dir():
+            what = "does not exist" if not os.path.lexists(p) else "is not a directory"
+            raise ArtifactError(f"{p}: not an artifact directory (it {what})")
+        mpath = p / MANIFEST
+        if not os.path.lexists(mpath):
+            raise ArtifactError(f"{p}: not an artifact directory (no {MANIFEST})")
+        manifest = _parse_json(_read_text(mpath, MANIFEST_LIMIT, MANIFEST), mpath)
+        try:
+            kernels = validate_manifest(manifest)
+        except ArtifactError as err:
+            raise ArtifactError(f"{mpath}: {err}") from None
+        if "hash" not in manifest:
+            raise ArtifactError(f"{mpath}: missing field 'hash': every artifact carries the "
+                                "SHA-256 of its manifest and PTX (write it with "
+                                "write_artifact or Compiled.save)")
+        ptx_text: dict[str, str] = {}
+        for i, k in enumerate(kernels):
+            if k.ptx not in ptx_text:
+                fpath = p / k.ptx
+                if not os.path.lexists(fpath):
+                    raise ArtifactError(f"{p}: kernels[{i}].ptx names {k.ptx!r} (kernel "
+                                        f"{k.name!r}), which is missing")
+                ptx_text[k.ptx] = _read_text(fpath, PTX_LIMIT, f"kernels[{i}].ptx {k.ptx!r}")
+            if not re.search(rf"\.entry\s+{re.escape(k.name)}(?![A-Za-z0-9_$])",
+                             ptx_text[k.ptx]):
+                raise ArtifactError(f"{p / k.ptx}: no .entry {k.name!r} in the PTX "
+                                    f"(kernels[{i}].name)")
         expect = content_hash(manifest, ptx_text)
         if expect != manifest["hash"]:
             raise ArtifactError(f"{p}: content hash mismatch (manifest {manifest['hash'][:12]}, "
                                 f"files {expect[:12]}): the artifact was changed after it was "
                                 "written")
-    return Artifact(path=p.resolve(), manifest=manifest, kernels=kernels, ptx_text=ptx_text)
+        return Artifact(path=p.resolve(), manifest=manifest, kernels=kernels,
+                        ptx_text=ptx_text)
+    except OSError as err:
+        raise ArtifactError(f"{err.filename or p}: cannot read the artifact "
+                            f"({err.strerror or err})") from None
+    except ValueError as err:   # an embedded NUL in the path, and the like
+        if isinstance(err, ArtifactError):
+            raise
+        raise ArtifactError(f"{p}: not a usable artifact path ({err})") from None
+
+
+def _read_text(path: Path, limit: int, what: str) -> str:
+    """The UTF-8 text of the regular file ``path`` (no link, FIFO, device; at most ``limit``
+    bytes); opening never blocks."""
+    from explorer.files import UnsafeFile, read_regular
+
+    try:
+        raw = read_regular(path, limit, follow_links=False)
+    except UnsafeFile as err:
+        raise ArtifactError(f"{what}: {err}") from None
+    except IsADirectoryError:
+        raise ArtifactError(f"{what}: {path} is a directory, not a file") from None
+    except OSError as err:
+        raise ArtifactError(f"{what}: cannot read {path} ({err.strerror or err})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ArtifactError(f"{what}: {path} is not UTF-8 text (byte {err.start})") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ArtifactError(f"{name} is not a JSON number")
+
+
+def _parse_json(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except ArtifactError as err:
+        raise ArtifactError(f"{path}: {err}") from None
+    except RecursionError:
+        raise ArtifactError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as err:   # JSONDecodeError, an integer of too many digits
+        raise ArtifactError(f"{path}: not valid JSON ({err})") from None
 
 
 def write_artifact(path: str | os.PathLike[str], ptx: str | Mapping[str, str],
@@ -503,12 +654,33 @@ def write_artifact(path: str | os.PathLike[str], ptx: str | Mapping[str, str],
         missing = [n for n in names if n not in files]
         if missing:
             raise ArtifactError(f"no PTX given for {missing}")
+        extra = sorted(set(files) - set(names))
+        if extra:
+            raise ArtifactError(f"PTX given for {extra}, which no kernel names")
+    for name, text in files.items():
+        if not isinstance(text, str):
+            raise ArtifactError(f"the PTX of {name!r} must be text, got {type(text).__name__}")
     body["hash"] = content_hash(body, files)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
+    # each file replaces what was there (a FIFO, a link) instead of writing through it
     for name, text in files.items():
-        (out / name).write_text(text)
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(body, indent=2, sort_keys=False, default=str) + "\n")
-    tmp.replace(out / MANIFEST)
+        _replace(out / name, text)
+    _replace(out / MANIFEST, json.dumps(body, indent=2, sort_keys=False, default=str) + "\n")
     return out
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to a new file beside ``path`` and rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
