@@ -35,11 +35,19 @@ def compile(rec: Recurrence | str, target: str = "cuda", strategy: str = "blello
     return _compile(rec, target=target, strategy=strategy, **options)
 
 
-def load(path: str) -> Any:
-    """Load an artifact directory written by ``Compiled.save``; needs only numpy and cupy."""
-    from explorer.runtime.artifact import load_artifact
+def load(path: str | os.PathLike[str]) -> CudaKernel:
+    """Load an artifact directory written by ``Compiled.save`` or ``scanweaver compile``.
 
-    return load_artifact(path)
+    Gives the same callable as a compile: ``k = ex.load(path); h = k(a=a, b=b)`` runs the PTX
+    on the GPU through CuPy (without CuPy or a CUDA device the call raises
+    :class:`LaunchError` saying which).  ``k.artifact`` is the loaded artifact (manifest,
+    kernels, PTX text, ``describe()``).  A malformed artifact raises
+    ``explorer.runtime.artifact.ArtifactError`` naming the file or field.  Needs numpy alone
+    (and cupy to run): never MLIR or sympy.
+    """
+    from explorer.runtime.cuda import CudaKernel
+
+    return CudaKernel.from_artifact(path)
 
 
 def reference(rec: Any, L: int | None = None, **arrays: Any) -> Any:
@@ -68,5 +76,8 @@ def __getattr__(name: str) -> Any:
 
 
 if False:  # pragma: no cover - for type checkers only
+    import os
+
     from explorer.compiler import Compiled
     from explorer.passes.affine import AffineForm, decompose
+    from explorer.runtime.cuda import CudaKernel

@@ -52,7 +52,7 @@ DEFAULT_SHARED_LIMIT = 48 * 1024
 
 
 #: how to get CuPy, for the messages below
-_INSTALL_CUPY = "pip install cupy-cuda13x (cupy-cuda12x for CUDA 12)"
+_INSTALL_CUPY = "pip install cupy-cuda13x, or cupy-cuda12x for CUDA 12"
 
 
 def _cupy() -> Any:
