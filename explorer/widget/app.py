@@ -109,7 +109,7 @@ class Explorer(widgets.VBox):
                  strategy: str = "blelloch", block_size: int | None = None,
                  elements_per_thread: int | None = None, chip: str = "sm_90",
                  dtype: str = "float32") -> None:
-        from explorer.codegen.options import Options
+        from explorer.codegen.options import Options, validate
 
         table = presets()
         if recurrence is None:
@@ -122,8 +122,14 @@ class Explorer(widgets.VBox):
             block_size = opts.get("block_size", block_size)
             elements_per_thread = opts.get("elements_per_thread", elements_per_thread)
         defaults = Options()
-        block_size = block_size or defaults.block_size
-        elements_per_thread = elements_per_thread or defaults.elements_per_thread
+        if block_size is None:
+            block_size = defaults.block_size
+        if elements_per_thread is None:
+            elements_per_thread = defaults.elements_per_thread
+        # checked before any control is built: a bad value raises OptionError naming it and
+        # what is accepted (the controls offer exactly the accepted values)
+        validate(strategy, target, block_size=block_size,
+                 elements_per_thread=elements_per_thread, chip=chip, dtype=dtype)
         text = getattr(recurrence, "text", recurrence)
         if not isinstance(text, str):
             raise TypeError("Explorer takes recurrence text, an explorer.Recurrence or a "

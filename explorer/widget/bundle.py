@@ -427,9 +427,11 @@ def report_html(record: dict[str, Any], full: bool = True) -> str:
 
 def _ptx_info_html(record: dict[str, Any]) -> str:
     info = record.get("ptx_info")
-    if not info:
-        return ("<div class='sw-note'>ptxas was not available where this was compiled: "
-                "register, spill and shared-memory counts are unknown.</div>")
+    if not info or "unavailable" in info:
+        why = f" ({info['unavailable']})" if info else ""
+        return (f"<div class='sw-note'>No ptxas report where this was compiled"
+                f"{html.escape(str(why))}: register, spill and shared-memory counts are "
+                "unknown.</div>")
     labels = {"registers": "registers / thread", "spills_stores": "spill stores",
               "spills_loads": "spill loads", "shared_bytes": "shared memory (bytes)",
               "stack_bytes": "stack (bytes)", "barriers": "barriers"}

@@ -42,6 +42,12 @@ def sample_inputs(recurrence: Any, channels: int, length: int, state_size: int =
     return arrays
 
 
+def length_argument(recurrence: Any, length: int) -> dict[str, int]:
+    """``{"L": length}`` when no input of ``recurrence`` is indexed by time (the arrays cannot
+    say how long the sequence is), else nothing: the arrays carry the length."""
+    return {} if recurrence.inputs else {"L": length}
+
+
 def _finite_and_bounded(result: Any, bound: float = 1e6) -> bool:
     values = result.values() if isinstance(result, dict) else [result]
     for value in values:
@@ -63,7 +69,7 @@ def bounded_inputs(recurrence: Any, reference: Callable[..., Any], channels: int
     expected: Any = None
     for sign in (-1.0, 1.0):
         arrays = sample_inputs(recurrence, channels, length, state_size, seed, sign)
-        expected = reference(recurrence, **arrays)
+        expected = reference(recurrence, **length_argument(recurrence, length), **arrays)
         if _finite_and_bounded(expected) or not recurrence.params:
             break
     return arrays, expected

@@ -20,7 +20,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
-from explorer.widget.data import bounded_inputs, compare, sample_inputs
+from explorer.widget.data import bounded_inputs, compare, length_argument, sample_inputs
 
 RELATIVE_TOLERANCE = 1e-3
 """A run passes when every output's max relative error (float32 against float64) is below this."""
@@ -97,14 +97,15 @@ def cpu_sweep(compiled: Any, reference: Callable[..., Any], sizes: list[int], ch
         if stop.is_set():
             return
         arrays = sample_inputs(rec, channels, length, state_size)
-        result = compiled(**arrays)
-        seconds = time_call(functools.partial(compiled, **arrays))
+        given = {**length_argument(rec, length), **arrays}
+        result = compiled(**given)
+        seconds = time_call(functools.partial(compiled, **given))
         yield Measurement(f"compiled {getattr(compiled, 'strategy', '')} (CPU)".replace("  ", " "),
                           length, channels, seconds, _total_bytes(arrays, result), "cpu")
         if stop.is_set():
             return
         if length <= reference_limit:
-            seconds = time_call(functools.partial(reference, rec, **arrays), max_repeats=3)
+            seconds = time_call(functools.partial(reference, rec, **given), max_repeats=3)
             yield Measurement("explorer.reference, NumPy float64 (CPU)", length, channels, seconds,
                               _total_bytes(arrays, result), "cpu")
 
@@ -146,6 +147,7 @@ class RunPanel:
         self.device = widgets.HTML()
         style = {"description_width": "initial"}
         self.length = widgets.BoundedIntText(value=4096, min=1, max=1 << 26, description="L",
+                                             tooltip="time steps of the sequence",
                                              layout=widgets.Layout(width="160px"), style=style)
         self.channels = widgets.BoundedIntText(value=64, min=1, max=1 << 20,
                                                description="channels",
@@ -206,8 +208,16 @@ class RunPanel:
         device = getattr(compiled, "device", "cpu") if compiled is not None else "cpu"
         self.device.value = ("<div style='padding:4px 6px;background:#eef4ff;border-radius:3px'>"
                              f"<b>Runs on:</b> {html.escape(device_label(device))}</div>")
-        vector = bool(getattr(getattr(compiled, "recurrence", None), "vector", False))
+        rec = getattr(compiled, "recurrence", None)
+        vector = bool(getattr(rec, "vector", False))
         self.state_size.layout.display = "" if vector else "none"
+        # channels only where there are arrays to give them; L always (with no input indexed
+        # by time, this box is the only place the length comes from)
+        arrays = bool(getattr(rec, "inputs", ()) or getattr(rec, "params", ()))
+        self.channels.layout.display = "" if arrays or rec is None else "none"
+        timed = rec is None or bool(getattr(rec, "inputs", ()))
+        self.length.description = "L" if timed else "L (no input is indexed by time)"
+        self.length.layout.width = "160px" if timed else "330px"
         self.run_button.disabled = compiled is None
         self.sweep_button.disabled = compiled is None or self.running
 
@@ -228,7 +238,8 @@ class RunPanel:
                                               self.channels.value, self.length.value,
                                               self.state_size.value)
             start = time.perf_counter()
-            result = compiled(**arrays)
+            result = compiled(**length_argument(compiled.recurrence, self.length.value),
+                              **arrays)
             seconds = time.perf_counter() - start
             rows = compare(result, expected, compiled.form.outputs)
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell

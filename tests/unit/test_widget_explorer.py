@@ -221,3 +221,62 @@ def test_a_compiled_result_is_shown_as_it_is(tmp_path, monkeypatch) -> None:
     widget.show_tab("PTX")
     assert "entry" in widget.ptx_view.code.value and "scanweaver_sequential" in \
         widget.ptx_view.code.value
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"block_size": 3}, "block_size must be a power of two"),
+    ({"block_size": 0}, "block_size must be a power of two"),
+    ({"elements_per_thread": 0}, "elements_per_thread must be a power of two"),
+    ({"elements_per_thread": 2.0}, "elements_per_thread must be an integer"),
+    ({"strategy": "nope"}, "unknown strategy 'nope'"),
+    ({"target": "tpu"}, "unknown target 'tpu'"),
+    ({"chip": "sm_1"}, "unknown chip 'sm_1'"),
+    ({"chip": None}, "unknown chip None"),
+    ({"dtype": "float64"}, "unsupported dtype 'float64'"),
+])
+def test_bad_options_raise_option_error_before_any_control(options: dict, match: str,
+                                                           monkeypatch) -> None:
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled although an option was bad")
+
+    monkeypatch.setattr(ex, "compile", no_compile)
+    with pytest.raises(ex.OptionError, match=match):
+        Explorer(AFFINE, **options)
+
+
+def test_every_offered_value_is_accepted() -> None:
+    from explorer.codegen.options import validate
+
+    widget = Explorer(AFFINE, target="cpu")
+    for control, name in ((widget.block_size, "block_size"),
+                          (widget.elements_per_thread, "elements_per_thread"),
+                          (widget.chip, "chip"), (widget.strategy, "strategy")):
+        for value in (v[1] if isinstance(v, tuple) else v for v in control.options):
+            validate(**{**{"strategy": "blelloch"}, name: value})
+
+
+@pytest.mark.parametrize("text", ["h[t] = 0.9 * h[t-1] + 1", "h[t] = a * h[t-1] + 1"])
+def test_run_a_recurrence_with_no_input_indexed_by_time(text: str) -> None:
+    widget = Explorer(text, target="cpu")
+    assert widget.error is None, widget.error_box.value
+    panel = widget.run
+    assert panel.length.layout.display != "none"
+    assert "no input is indexed by time" in panel.length.description
+    # channels are shown only where there are arrays to give them
+    assert (panel.channels.layout.display == "none") == (not widget.compiled.recurrence.params)
+    panel.length.value = 37
+    panel.channels.value = 3
+    rows = panel.run_and_check()
+    assert rows and panel.passed(rows), panel.check.value
+    expected_shape = (3, 37) if widget.compiled.recurrence.params else (37,)
+    assert rows[0]["shape"] == expected_shape
+    assert "PASS" in panel.check.value
+    panel.sweep([16, 32], wait=True)
+    assert panel.progress.bar_style == "success", panel.status.value
+    assert {m.length for m in panel.measurements} == {16, 32}
+
+
+def test_the_length_box_is_plain_for_inputs_indexed_by_time() -> None:
+    widget = Explorer(AFFINE, target="cpu")
+    assert widget.run.length.description == "L"
+    assert widget.run.channels.layout.display != "none"
