@@ -41,9 +41,14 @@ def test_stage_contents_checked_by_text():
     assert c.stages["recurrence"].dot and "digraph" in c.stages["recurrence"].dot
     assert "A_t" in c.stages["affine"].text and "diagonal" in c.stages["affine"].text
     assert "blelloch" in c.stages["plan"].text and "digraph" in (c.stages["plan"].dot or "")
-    mlir = c.stages["mlir"].text
+    scan_ir = c.stages["mlir"].text
+    assert '"scan.recurrence"' in scan_ir and 'loc("recurrence":2:1)' in scan_ir
+    assert '"scan.affine"' in c.stages["scan-decompose"].text
+    assert '"scan.sweep"' in c.stages["scan-plan"].text
+    mlir = c.stages["scan-lower"].text
     assert "gpu.module" in mlir and "gpu.func" in mlir and "gpu.barrier" in mlir
-    assert "math.exp" in mlir
+    assert "math.exp" in mlir and '"scan.' not in mlir
+    assert [p.name for p in c.passes[:3]] == ["scan-decompose", "scan-plan", "scan-lower"]
     llvm = c.stages["llvm"].text
     assert "define" in llvm and "nvvm" in llvm.lower()
     ptx = c.stages["ptx"].text

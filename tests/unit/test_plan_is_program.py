@@ -1,0 +1,92 @@
+"""The plan the explorer draws is the plan the kernels run: both are read from the scan-plan
+pass's IR, every tree compiles and runs (checked against float64), and changing the tree
+changes the IR, the picture and the kernel together."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import explorer as ex
+from explorer.passes.plans import make_plan, run_plan
+
+pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
+
+AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
+TREES = ("blelloch", "kogge_stone")
+
+
+def _inputs(text: str, C: int, L: int, N: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
+    rec = ex.Recurrence.parse(text)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n in rec.inputs:
+        shape = (C, N, L) if n in rec.lane_names else (C, L)
+        out[n] = rng.uniform(0.5, 0.99, shape).astype(np.float32)
+    for n in rec.params:
+        shape = (C, N) if n in rec.lane_names else (C,)
+        out[n] = (-rng.uniform(0.1, 1.0, shape) if n in rec.lane_names
+                  else rng.uniform(0.1, 1.0, shape)).astype(np.float32)
+    return out
+
+
+@pytest.mark.parametrize("tree", TREES)
+@pytest.mark.parametrize("preset", sorted(ex.PRESETS))
+def test_every_tree_runs_every_preset_chunked_on_the_cpu(tree, preset):
+    text = ex.PRESETS[preset]
+    # two sequences of 700 steps, 32 x 2 tiles: the chunked scheme (reduce, carry, rescan)
+    c = ex.compile(text, target="cpu", strategy=tree, block_size=32, elements_per_thread=2,
+                   chunk_tiles=1)
+    arrays = _inputs(text, 2, 700)
+    out, ref = c(**arrays), ex.reference(text, **arrays)
+    outs = out if isinstance(out, dict) else {"out": out}
+    refs = ref if isinstance(ref, dict) else {"out": ref}
+    for name, value in outs.items():
+        scale = np.abs(refs[name]).max() + 1e-6
+        assert np.abs(value - refs[name]).max() / scale < 1e-5, (preset, tree, name)
+
+
+@pytest.mark.parametrize("tree", TREES)
+@pytest.mark.parametrize("threads", [32, 128])
+def test_the_picture_is_drawn_from_the_ir(tree, threads):
+    c = ex.compile(AFFINE, target="cuda", strategy=tree, block_size=threads)
+    plan = c.scan_plan
+    # the sweeps were read back from the scan-plan pass's ops
+    ir = c.stages["scan-plan"].text
+    assert ir.count('"scan.sweep"') == len(plan.sweeps)
+    for sw in plan.sweeps:
+        assert f'phase = "{sw.phase}", stride = {sw.stride} : i64' in ir
+    # the block tree over all the threads is the tree of that algorithm, and it scans
+    full = c.plan
+    assert full.n == threads and full.levels == make_plan(tree, threads).levels
+    rng = np.random.default_rng(1)
+    A = rng.uniform(0.5, 1.0, (threads, 1, 1))
+    b = rng.standard_normal((threads, 1))
+    expect = np.zeros((threads, 1))
+    h = np.zeros(1)
+    for t in range(threads):
+        h = A[t, 0, 0] * h + b[t]
+        expect[t] = h
+    np.testing.assert_allclose(run_plan(full, A, b), expect, rtol=1e-12)
+    assert "digraph" in (c.stages["plan"].dot or "")
+
+
+def test_changing_the_tree_changes_ir_picture_and_kernel():
+    ble = ex.compile(AFFINE, target="cuda", strategy="blelloch", block_size=64)
+    ks = ex.compile(AFFINE, target="cuda", strategy="kogge_stone", block_size=64)
+    assert '"up_root"' in ble.stages["scan-plan"].text
+    assert '"up_root"' not in ks.stages["scan-plan"].text
+    assert ble.stages["plan"].dot != ks.stages["plan"].dot
+    # one barrier per sweep in the scan kernel: Blelloch 2 log2 B - 1 sweeps, Kogge-Stone
+    # log2 B (each with a barrier between its reads and writes)
+    assert ble.scan_plan.sweeps != ks.scan_plan.sweeps
+    assert ble.ptx != ks.ptx
+    assert "scanweaver_kogge_stone" in (ks.ptx or "")
+
+
+def test_a_record_keeps_the_plan_it_ran(tmp_path):
+    from explorer.compiler import load_compiled
+
+    c = ex.compile(AFFINE, target="cuda", strategy="kogge_stone", block_size=64)
+    back = load_compiled(c.dump(tmp_path / "ks.json.gz"))
+    assert back.scan_plan == c.scan_plan and back.plan.levels == c.plan.levels
