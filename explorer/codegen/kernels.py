@@ -332,10 +332,15 @@ class Seq:
 
 @dataclass
 class Stream:
-    """A row of a timed array read or written by position: ``array[row + t]``."""
+    """A row of a timed array read or written by position: ``array[row + t]``, or
+    ``array[row + last - t]`` when ``last`` (L - 1) is given: a scan backwards in time."""
 
     array: Value
     row: Value
+    last: Value | None = None
+
+    def at(self, t: Value) -> Value:
+        return add_i(self.row, t if self.last is None else arith.subi(self.last, t))
 
 
 class Gen:
@@ -347,6 +352,8 @@ class Gen:
         self.options = options
         #: the levels of the block tree, read from the plan
         self.sweeps: tuple[Any, ...] = ()
+        #: the plan scans backwards in time: position t of the scan is time L - 1 - t
+        self.reverse = False
         self.alg = Algebra(form.A)
         self.arrays = arrays
         self.C, self.N, self.L = C, N, L
@@ -395,9 +402,13 @@ class Gen:
         state_base = mul_i(lane_row if self.form.vector else c, self.L)
         return Seq(c, n, timed_base, params, state_base, mul_i(c, self.L))
 
+    def at(self, row_start: Value, t: Value) -> Value:
+        """Index of scan position ``t`` in a timed row starting at ``row_start``."""
+        return add_i(row_start, arith.subi(arith.subi(self.L, ci(1)), t) if self.reverse else t)
+
     def value(self, seq: Seq, name: str, t: Value) -> Value:
         if name in seq.timed_base:
-            return memref.load(self.arrays[name], [add_i(seq.timed_base[name], t)])
+            return memref.load(self.arrays[name], [self.at(seq.timed_base[name], t)])
         return seq.params[name]
 
     def initial_state(self, seq: Seq) -> list[Value]:
@@ -411,12 +422,16 @@ class Gen:
                 out.append(cf(0.0))
         return out
 
+    def _last(self) -> Value | None:
+        return arith.subi(self.L, ci(1)) if self.reverse else None
+
     def in_streams(self, seq: Seq, names: Sequence[str]) -> list[Stream]:
-        return [Stream(self.arrays[n], seq.timed_base[n]) for n in names]
+        return [Stream(self.arrays[n], seq.timed_base[n], self._last()) for n in names]
 
     def out_streams(self, seq: Seq) -> list[Stream]:
-        return ([Stream(self.arrays[s], seq.state_base) for s in self.states]
-                + [Stream(self.arrays[r], seq.readout_base) for r in self.scan_readouts])
+        last = self._last()
+        return ([Stream(self.arrays[s], seq.state_base, last) for s in self.states]
+                + [Stream(self.arrays[r], seq.readout_base, last) for r in self.scan_readouts])
 
     def leaf_from(self, seq: Seq, timed: Callable[[str], Value]) -> Element:
         """Element (A_t, b_t); ``timed(name)`` gives the value of a timed input at t."""
@@ -459,14 +474,14 @@ class Gen:
                             raise CompileError(f"readout reads {sym}: only the current state "
                                                "can be read in a lane sum")
                         return memref.load(self.arrays[name],
-                                           [add_i(mul_i(lane_row, self.L), t)])
+                                           [self.at(mul_i(lane_row, self.L), t)])
                     return self.value(msq, sym.name, t)
                 return [arith.addf(acc[0], ExprEmitter(inner)(arg))]
             return for_loop(ci(0), self.N, ci(1), body, [cf(0.0)])[0]
 
         for name, expr in self.readouts.items():
             y = ExprEmitter(outer, lane_sum)(expr)
-            memref.store(y, self.arrays[name], [add_i(mul_i(c, self.L), t)])
+            memref.store(y, self.arrays[name], [self.at(mul_i(c, self.L), t)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -578,7 +593,7 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                         row = min_i(add_i(s0, r), arith.subi(CN, ci(1)))
                     else:
                         row = min_i(add_i(c0, r), arith.subi(gen.C, ci(1)))
-                    v = memref.load(gen.arrays[name], [add_i(mul_i(row, gen.L), t)])
+                    v = memref.load(gen.arrays[name], [gen.at(mul_i(row, gen.L), t)])
                     vals.append((where(warp, q, r, col), v))
             # the batch's loads are all in flight before its first store
             for at, v in vals:
@@ -598,7 +613,7 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                         ) -> None:
                     for o, name in enumerate(gen.scan_outputs):
                         v = memref.load(stage, [where(warp, lay.out_buffer[o], r, col)])
-                        memref.store(v, gen.arrays[name], [add_i(mul_i(srow, gen.L), t)])
+                        memref.store(v, gen.arrays[name], [gen.at(mul_i(srow, gen.L), t)])
                 if_then(ok, put)
         batches(batch)
 
@@ -726,7 +741,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         vals = []
         for k in range(E):
             t = min_i(add_i(t0, add_i(ci(k * bs), tid)), last)
-            vals += [memref.load(s.array, [add_i(s.row, t)]) for s in ins]
+            vals += [memref.load(s.array, [s.at(t)]) for s in ins]
         return vals
 
     def put_tile(tid: Value, vals: list[Value]) -> None:
@@ -851,7 +866,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
                 def put(i: Value = i, t: Value = t) -> None:
                     for q, s in enumerate(outs):
-                        memref.store(memref.load(stage[q], [pad(i)]), s.array, [add_i(s.row, t)])
+                        memref.store(memref.load(stage[q], [pad(i)]), s.array, [s.at(t)])
                 if_then(lt_i(t, end), put)
         th.each(write)
         return alg.apply(total, carry) + nxt
@@ -1020,10 +1035,12 @@ def options_for(options: Options, plan: Any) -> Options:
     """The options the emitters follow, with every decision of the plan taken from the plan."""
     from dataclasses import replace
 
+    reverse = plan.grid.direction == "reverse"
     if plan.tree == "none":
-        return replace(options, strategy="sequential", block_size=plan.threads)
+        return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse)
     return replace(options, strategy=plan.tree, block_size=plan.threads,
-                   elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles)
+                   elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
+                   reverse=reverse)
 
 
 def lower_plan(module_op: Any, form: Any, options: Options, plan: Any) -> BuiltModule:
@@ -1081,6 +1098,7 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
     gen = Gen(form, options, arrays, C, N, L)
     gen.Tc = Tc
     gen.sweeps = sweeps
+    gen.reverse = options.reverse
     return gen
 
 

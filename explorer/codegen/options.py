@@ -44,6 +44,8 @@ class Options:
     chip: str = "sm_90"
     dtype: str = "float32"
     opt_level: int = 3
+    #: scan backwards in time: h[t] = A_t h[t+1] + b_t, the initial state after the last step
+    reverse: bool = False
 
     @property
     def tile(self) -> int:
@@ -79,7 +81,8 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if target not in TARGETS:
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
-    known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level"}
+    known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
+             "reverse"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -100,6 +103,9 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     opt_level = options.get("opt_level", defaults.opt_level)
     if isinstance(opt_level, bool) or opt_level not in (0, 1, 2, 3):
         raise OptionError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+    reverse = options.get("reverse", defaults.reverse)
+    if not isinstance(reverse, bool):
+        raise OptionError(f"reverse must be True or False, got {reverse!r}")
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
-                   opt_level=opt_level)
+                   opt_level=opt_level, reverse=reverse)

@@ -33,7 +33,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "thread": ("elements",),
     "block": ("threads", "tree"),
     "sweep": ("phase", "stride", "active"),
-    "grid": ("scheme", "tile", "min_tiles", "fill", "unchunked_from"),
+    "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),
     "warp_tile": ("sequences", "steps"),
 }
 

@@ -10,7 +10,9 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   the total aside and starts the down-sweep, phase ``up_root``) and a down-sweep (strides B/4 ..
   1) giving exclusive prefixes; ``kogge_stone`` is ``log2 B`` levels of phase ``scan`` (stride
   2^d, every thread i >= 2^d combining with i - 2^d) giving inclusive prefixes;
-* ``scan.grid {scheme = "chunked", tile, min_tiles, fill, unchunked_from}``: how a sequence is
+* ``scan.grid {scheme = "chunked", direction, tile, min_tiles, fill, unchunked_from}``: the
+  direction in time (``forward``, or ``reverse``: position t of the scan is time L - 1 - t, so
+  ``h[t] = A_t h[t+1] + b_t`` with the initial state after the last step), and how a sequence is
   spread over blocks: whole when there are enough sequences to fill the GPU, else in chunks of
   whole tiles (reduce each chunk, carry across chunks, rescan from the carry), the chunk length
   chosen per call by this rule.
@@ -50,6 +52,7 @@ class Sweep:
 @dataclass(frozen=True)
 class Grid:
     scheme: str          # "chunked" or "sequence-per-thread"
+    direction: str = "forward"    # or "reverse": scan position t is time L - 1 - t
     tile: int = 0
     min_tiles: int = 0
     fill: float = 0.0
@@ -113,12 +116,14 @@ def choose_plan(form: Any, options: Any) -> Plan:
     from explorer.codegen.kernels import CHUNK_FILL, UNCHUNKED_FROM, seq_layout
 
     o = options
+    direction = "reverse" if o.reverse else "forward"
     if o.strategy in TREES:
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size),
-                    Grid("chunked", o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
-    return Plan("sequential", o.block_size, 1, "none", (), Grid("sequence-per-thread"),
-                tile_steps=seq_layout(form, o).steps)
+                    Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL,
+                         UNCHUNKED_FROM))
+    return Plan("sequential", o.block_size, 1, "none", (),
+                Grid("sequence-per-thread", direction), tile_steps=seq_layout(form, o).steps)
 
 
 def write_plan(plan: Plan) -> None:
@@ -133,7 +138,8 @@ def write_plan(plan: Plan) -> None:
     for sw in plan.sweeps:
         scan.create("sweep", {"phase": sw.phase, "stride": sw.stride, "active": sw.active})
     g = plan.grid
-    scan.create("grid", {"scheme": g.scheme, "tile": g.tile, "min_tiles": g.min_tiles,
+    scan.create("grid", {"scheme": g.scheme, "direction": g.direction, "tile": g.tile,
+                         "min_tiles": g.min_tiles,
                          "fill": float(g.fill), "unchunked_from": float(g.unchunked_from)})
 
 
@@ -161,8 +167,8 @@ def plan_from_dict(raw: Any) -> Plan:
     g = raw["grid"]
     plan = Plan(str(raw["strategy"]), int(raw["threads"]), int(raw["elements"]),
                 str(raw["tree"]), sweeps,
-                Grid(str(g["scheme"]), int(g["tile"]), int(g["min_tiles"]), float(g["fill"]),
-                     float(g["unchunked_from"])), int(raw["tile_steps"]))
+                Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
+                     float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -171,6 +177,8 @@ def plan_from_dict(raw: Any) -> Plan:
             raise ValueError(f"the sweeps are not those of a {plan.tree} tree")
     elif plan.tree != "none" or plan.sweeps:
         raise ValueError(f"unknown tree {plan.tree!r}")
+    if plan.grid.direction not in ("forward", "reverse"):
+        raise ValueError(f"unknown direction {plan.grid.direction!r}")
     return plan
 
 
@@ -194,8 +202,8 @@ def read_plan(module_op: Any) -> Plan:
                          "not the ones its lowering implements")
     return Plan(strategy=tree if tree in TREES else "sequential", threads=block["threads"],
                 elements=thread["elements"] if thread else 1, tree=tree, sweeps=sweeps,
-                grid=Grid(grid["scheme"], grid["tile"], grid["min_tiles"], grid["fill"],
-                          grid["unchunked_from"]),
+                grid=Grid(grid["scheme"], grid["direction"], grid["tile"], grid["min_tiles"],
+                          grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0)
 
 
