@@ -76,14 +76,15 @@ class Plan:
         the sweeps of the IR define it (a :class:`ScanPlan` that draws and runs on NumPy)."""
         n = min(positions, self.threads)
         if self.tree == "none":
-            levels = tuple(Level("scan", (Step("combine", i - 1, i),)) for i in range(1, n))
-            return ScanPlan("sequential", n, n, levels)
+            chain = tuple(Level("scan", (Step("combine", i - 1, i),)) for i in range(1, n))
+            return ScanPlan("sequential", n, n, chain)
         def up(s: int) -> Level:
             return Level("up", tuple(Step("combine", r - s, r) for r in range(2 * s - 1, n, 2 * s)))
 
         def down(s: int) -> Level:
             return Level("down", tuple(Step("swap", r - s, r) for r in range(2 * s - 1, n, 2 * s)))
 
+        levels: list[Level]
         if self.tree == "kogge_stone":
             levels = [Level("scan", tuple(Step("combine", i - sw.stride, i)
                                           for i in range(sw.stride, n)))
