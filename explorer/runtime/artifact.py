@@ -52,6 +52,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -551,8 +552,7 @@ def load_artifact(path: str | os.PathLike[str]) -> Artifact:
         if p.name == MANIFEST and not p.is_dir():
             p = p.parent
         if not p.is_dir():
-            what = "does not exist" if not os.path.lexists(p) else "is not a directory"
-            raise ArtifactError(f"{p}: not an artifact directory (it {what})")
+            raise ArtifactError(f"{p}: not an artifact directory (it {_what_is(p)})")
         mpath = p / MANIFEST
         if not os.path.lexists(mpath):
             raise ArtifactError(f"{p}: not an artifact directory (no {MANIFEST})")
@@ -591,6 +591,20 @@ def load_artifact(path: str | os.PathLike[str]) -> Artifact:
         if isinstance(err, ArtifactError):
             raise
         raise ArtifactError(f"{p}: not a usable artifact path ({err})") from None
+
+
+def _what_is(path: Path) -> str:
+    """'does not exist', 'is a file', 'is a FIFO', ... for a message."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return "does not exist"
+    for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return f"is {name}"
+    return "is not a directory"
 
 
 def _read_text(path: Path, limit: int, what: str) -> str:
