@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import RecurrenceError
-from explorer.frontend.recurrence import Binary, Call, Expr, Num, Recurrence, Ref, Unary
+from explorer.frontend.recurrence import Binary, Call, Expr, Num, Recurrence, Ref, Unary, fold
 from explorer.passes.affine import AffineForm, decompose
 from explorer.runtime.shapes import ArgSpec, canonical_views
 
@@ -199,31 +199,33 @@ def interpret(rec: Recurrence | str, L: int | None = None, **arrays: Any
         history[s] = [np.zeros(full)] * (rec.order[s] - 1) + [start]
     outs: dict[str, list[np.ndarray]] = {n: [] for n in rec.states + rec.readouts}
 
-    def ev(e: Expr, t: int, current: dict[str, np.ndarray]) -> Any:
-        if isinstance(e, Num):
-            return e.value
-        if isinstance(e, Ref):
-            if e.name in history:
-                if e.lag == 0:
-                    return current[e.name]
-                return history[e.name][-(e.lag or 0)]
-            v = views[e.name]
-            return v[..., t] if e.lag is not None else v[..., 0]
-        if isinstance(e, Unary):
-            x = ev(e.operand, t, current)
-            return -x if e.op == "-" else x
-        if isinstance(e, Binary):
-            a, c = ev(e.left, t, current), ev(e.right, t, current)
-            ops = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide,
-                   "**": np.power}
-            return ops[e.op](np.asarray(a, dtype=np.float64), c)
-        assert isinstance(e, Call)
-        args = [ev(a, t, current) for a in e.args]
-        if e.func == "sum":
-            return np.sum(np.broadcast_to(args[0], full), axis=-1, keepdims=True)
-        if e.func in ("max", "min"):
-            return (np.maximum if e.func == "max" else np.minimum)(*args)
-        return _NP_FUNCS[e.func](np.asarray(args[0], dtype=np.float64))
+    ops: dict[str, Callable[[Any, Any], Any]] = {
+        "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "**": np.power}
+
+    def ev(expr: Expr, t: int, current: dict[str, np.ndarray]) -> Any:
+        def visit(e: Expr, args: list[Any]) -> Any:
+            if isinstance(e, Num):
+                return e.value
+            if isinstance(e, Ref):
+                if e.name in history:
+                    if e.lag == 0:
+                        return current[e.name]
+                    return history[e.name][-(e.lag or 0)]
+                v = views[e.name]
+                return v[..., t] if e.lag is not None else v[..., 0]
+            if isinstance(e, Unary):
+                return -args[0] if e.op == "-" else args[0]
+            if isinstance(e, Binary):
+                return ops[e.op](np.asarray(args[0], dtype=np.float64), args[1])
+            assert isinstance(e, Call)
+            if e.func == "sum":
+                return np.sum(np.broadcast_to(args[0], full), axis=-1, keepdims=True)
+            if e.func in ("max", "min"):
+                return (np.maximum if e.func == "max" else np.minimum)(*args)
+            return _NP_FUNCS[e.func](np.asarray(args[0], dtype=np.float64))
+
+        # bottom-up without recursion: a legal sum may be thousands of terms deep
+        return fold(expr, visit)
 
     for t in range(length):
         current: dict[str, np.ndarray] = {}

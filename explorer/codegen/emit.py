@@ -129,11 +129,7 @@ class ExprEmitter:
             return math.absf(self(e.args[0]))
         if isinstance(e, sympy.Max | sympy.Min):
             op = arith.maximumf if isinstance(e, sympy.Max) else arith.minimumf
-            vals = [self(a) for a in e.args]
-            out = vals[0]
-            for v in vals[1:]:
-                out = op(out, v)
-            return out
+            return _balanced([self(a) for a in e.args], op)
         if is_lane_sum(e):
             if self.lane_sum is None:
                 return self(e.args[0])      # one lane: the sum is the term itself
@@ -149,12 +145,10 @@ class ExprEmitter:
                 neg.append(self(-coeff * rest))
             else:
                 pos.append(self(term))
-        out = pos[0] if pos else arith.negf(neg.pop(0))
-        for v in pos[1:]:
-            out = arith.addf(out, v)
-        for v in neg:
-            out = arith.subf(out, v)
-        return out
+        if not pos:
+            return arith.negf(_balanced(neg, arith.addf))
+        out = _balanced(pos, arith.addf)
+        return arith.subf(out, _balanced(neg, arith.addf)) if neg else out
 
     def _mul(self, e: sympy.Mul) -> Value:
         coeff, rest = e.as_coeff_Mul()
@@ -167,14 +161,9 @@ class ExprEmitter:
                 den.append(self._pow(f.base, -f.exp))
             else:
                 num.append(self(f))
-        out = num[0] if num else cf(1.0)
-        for v in num[1:]:
-            out = arith.mulf(out, v)
+        out = _balanced(num, arith.mulf) if num else cf(1.0)
         if den:
-            d = den[0]
-            for v in den[1:]:
-                d = arith.mulf(d, v)
-            out = arith.divf(out, d)
+            out = arith.divf(out, _balanced(den, arith.mulf))
         if coeff.is_negative:
             out = arith.negf(out)
         return out
@@ -288,7 +277,19 @@ class Algebra:
 def _sum(vals: Sequence[Value]) -> Value:
     if not vals:
         return cf(0.0)
-    out = vals[0]
-    for v in vals[1:]:
-        out = arith.addf(out, v)
-    return out
+    return _balanced(vals, arith.addf)
+
+
+def _balanced(vals: Sequence[Value], op: Callable[[Value, Value], Value]) -> Value:
+    """Combine the values pairwise, a tree of depth log2(n) rather than a chain of n.
+
+    A sum of hundreds of terms emitted as a chain made MLIR's canonicalizer superlinear (200
+    terms: 13.6 s in ``canonicalize``), and the tree has more instruction-level parallelism.
+    """
+    level = list(vals)
+    while len(level) > 1:
+        paired = [op(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            paired.append(level[-1])
+        level = paired
+    return level[0]

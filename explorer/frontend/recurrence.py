@@ -17,14 +17,30 @@ The language is a small subset of Python expressions, read with :mod:`ast` and n
 from __future__ import annotations
 
 import ast
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from explorer.errors import RecurrenceError
+from explorer.frontend.names import RESERVED_NAMES, STATE_AXIS, TIME_AXIS, h0_name
 
 MAX_SOURCE_CHARS = 20_000
+#: terms of one recurrence (names, numbers, operators, calls). Long sums are legal: every walk
+#: over the tree is iterative, so a chain of this many terms compiles (a 2,500-term sum decomposes
+#: in seconds); the bound keeps sympy's work and the kernel's size reasonable
 MAX_NODES = 5_000
 MAX_LAG = 8
+#: the largest magnitude of a constant, literal or folded: float32's largest finite value (the
+#: kernels compute in float32; a larger constant would silently become inf)
+MAX_CONSTANT = 3.4028234663852886e38
+#: the smallest non-zero magnitude of a literal: float32's smallest subnormal (a smaller one
+#: would silently become 0)
+MIN_CONSTANT = 1.401298464324817e-45
+#: the largest |exponent| of ``**`` (and of a power of a power, whose exponents multiply):
+#: enough for any polynomial a recurrence needs, and it keeps sympy's exact arithmetic small
+#: (``3 ** 1000000000`` would be computed digit by digit)
+MAX_EXPONENT = 64
 
 #: functions of one argument, allowed anywhere
 UNARY_FUNCTIONS = frozenset({"exp", "log", "sigmoid", "softplus", "tanh", "sqrt", "abs"})
@@ -33,7 +49,9 @@ BINARY_FUNCTIONS = frozenset({"max", "min"})
 #: reduction over the state axis n
 REDUCTIONS = frozenset({"sum"})
 FUNCTIONS = UNARY_FUNCTIONS | BINARY_FUNCTIONS | REDUCTIONS
-RESERVED = frozenset({"t", "n"}) | FUNCTIONS
+#: names that cannot be defined: the axes, the functions and the names the explorer uses for
+#: itself (:data:`explorer.frontend.names.RESERVED_NAMES`, with the reason of each)
+RESERVED = frozenset(RESERVED_NAMES) | FUNCTIONS
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,14 +68,32 @@ class Span:
         return max(1, self.end_col - self.col)
 
 
-@dataclass(frozen=True)
-class Num:
+class _Node:
+    """Equality, hash and repr of an expression without recursion: a sum of thousands of terms
+    is a chain thousands of nodes deep, deeper than Python's recursion limit."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Node):
+            return NotImplemented
+        return _tokens(self) == _tokens(other)  # type: ignore[arg-type]
+
+    def __hash__(self) -> int:
+        return hash(_tokens(self))  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({to_text(self)!r})"  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Num(_Node):
     value: float
     span: Span = field(compare=False)
 
 
-@dataclass(frozen=True)
-class Ref:
+@dataclass(frozen=True, eq=False, repr=False)
+class Ref(_Node):
     """A name, possibly indexed: ``A`` (lag None), ``x[t]`` (lag 0), ``h[t-1, n]`` (lag 1, lane)."""
 
     name: str
@@ -66,23 +102,23 @@ class Ref:
     span: Span = field(compare=False)
 
 
-@dataclass(frozen=True)
-class Unary:
+@dataclass(frozen=True, eq=False, repr=False)
+class Unary(_Node):
     op: Literal["-", "+"]
     operand: Expr
     span: Span = field(compare=False)
 
 
-@dataclass(frozen=True)
-class Binary:
+@dataclass(frozen=True, eq=False, repr=False)
+class Binary(_Node):
     op: Literal["+", "-", "*", "/", "**"]
     left: Expr
     right: Expr
     span: Span = field(compare=False)
 
 
-@dataclass(frozen=True)
-class Call:
+@dataclass(frozen=True, eq=False, repr=False)
+class Call(_Node):
     func: str
     args: tuple[Expr, ...]
     span: Span = field(compare=False)
@@ -98,55 +134,104 @@ class Statement:
     expr: Expr
     span: Span = field(compare=False)
     source_text: str = field(compare=False, default="")
+    #: where the defined name is written (``h`` of ``h[t] = ...``)
+    target_span: Span | None = field(compare=False, default=None)
 
 
-def walk(expr: Expr):
-    """Yield every node of an expression, parents first."""
-    yield expr
-    if isinstance(expr, Unary):
-        yield from walk(expr.operand)
-    elif isinstance(expr, Binary):
-        yield from walk(expr.left)
-        yield from walk(expr.right)
-    elif isinstance(expr, Call):
-        for arg in expr.args:
-            yield from walk(arg)
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The operands of a node, left to right."""
+    if isinstance(e, Unary):
+        return (e.operand,)
+    if isinstance(e, Binary):
+        return (e.left, e.right)
+    if isinstance(e, Call):
+        return e.args
+    return ()
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Yield every node of an expression, parents first, left to right (no recursion)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+T = TypeVar("T")
+
+
+def fold(expr: Expr, visit: Callable[[Expr, list[T]], T]) -> T:
+    """``visit(node, [results of its operands])`` bottom-up, left to right, without recursion.
+
+    Every computation over a whole expression goes through here (or :func:`walk`): a legal
+    recurrence may be a chain of thousands of terms, deeper than Python's recursion limit.
+    """
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    results: list[T] = []
+    while stack:
+        node, expanded = stack.pop()
+        kids = children(node)
+        if expanded or not kids:
+            k = len(kids)
+            args = results[len(results) - k:] if k else []
+            if k:
+                del results[len(results) - k:]
+            results.append(visit(node, args))
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in reversed(kids))
+    return results[0]
+
+
+def _tokens(expr: Expr) -> tuple[object, ...]:
+    """The tree as a flat tuple (pre-order, with arities): equal tuples, equal trees."""
+    out: list[object] = []
+    for node in walk(expr):
+        if isinstance(node, Num):
+            out.append(("num", node.value))
+        elif isinstance(node, Ref):
+            out.append(("ref", node.name, node.lag, node.lane))
+        elif isinstance(node, Unary | Binary):
+            out.append((type(node).__name__, node.op))
+        else:
+            out.append(("call", node.func, len(node.args)))
+    return tuple(out)
 
 
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "**": 4}
+_ATOM = 5
 
 
 def to_text(expr: Expr) -> str:
     """Render an expression back to the language, with only the parentheses it needs."""
-    if isinstance(expr, Num):
-        v = expr.value
-        return repr(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)
-    if isinstance(expr, Ref):
-        if expr.lag is None:
-            return f"{expr.name}[n]" if expr.lane else expr.name
-        t = "t" if expr.lag == 0 else f"t-{expr.lag}"
-        return f"{expr.name}[{t}, n]" if expr.lane else f"{expr.name}[{t}]"
-    if isinstance(expr, Unary):
-        return f"{expr.op}{_wrap(expr.operand, 3)}"
-    if isinstance(expr, Binary):
-        p = _PRECEDENCE[expr.op]
-        if expr.op == "**":
-            return f"{_wrap(expr.left, p + 1)} ** {_wrap(expr.right, p)}"
-        # the right operand of - and / binds tighter: a - (b - c)
-        right_p = p + 1 if expr.op in "-/" else p
-        return f"{_wrap(expr.left, p)} {expr.op} {_wrap(expr.right, right_p)}"
-    return f"{expr.func}({', '.join(to_text(a) for a in expr.args)})"
 
+    def wrap(part: tuple[str, int], min_precedence: int) -> str:
+        text, p = part
+        return f"({text})" if p < min_precedence else text
 
-def _wrap(expr: Expr, min_precedence: int) -> str:
-    text = to_text(expr)
-    if isinstance(expr, Binary):
-        p = _PRECEDENCE[expr.op]
-    elif isinstance(expr, Unary):
-        p = 3
-    else:
-        return text
-    return f"({text})" if p < min_precedence else text
+    def visit(e: Expr, parts: list[tuple[str, int]]) -> tuple[str, int]:
+        if isinstance(e, Num):
+            v = e.value
+            return (repr(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)), _ATOM
+        if isinstance(e, Ref):
+            if e.lag is None:
+                return (f"{e.name}[n]" if e.lane else e.name), _ATOM
+            t = "t" if e.lag == 0 else f"t-{e.lag}"
+            return (f"{e.name}[{t}, n]" if e.lane else f"{e.name}[{t}]"), _ATOM
+        if isinstance(e, Unary):
+            return f"{e.op}{wrap(parts[0], 3)}", 3
+        if isinstance(e, Binary):
+            p = _PRECEDENCE[e.op]
+            if e.op == "**":
+                return f"{wrap(parts[0], p + 1)} ** {wrap(parts[1], p)}", p
+            # the right operand of - and / binds tighter: a - (b - c)
+            right_p = p + 1 if e.op in "-/" else p
+            return f"{wrap(parts[0], p)} {e.op} {wrap(parts[1], right_p)}", p
+        assert isinstance(e, Call)
+        return f"{e.func}({', '.join(text for text, _ in parts)})", _ATOM
+
+    return fold(expr, visit)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +314,21 @@ class Recurrence:
 # --------------------------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Built:
+    """A converted node and what the checks need of it: its value when it is a constant, and
+    the largest |exponent| a power of it would multiply (``(x ** 2) ** 3`` is ``x ** 6`` to
+    sympy; unbounded, nested powers of constants would make sympy compute huge integers)."""
+
+    expr: Expr
+    value: float | None = None
+    power: float | None = None
+
+
+_BINOPS: dict[type, Literal["+", "-", "*", "/", "**"]] = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         if not isinstance(text, str):
@@ -251,6 +351,12 @@ class _Parser:
             end_col = len(lines[line - 1]) if 0 < line <= len(lines) else col + 1
         return Span(line, col, end_col)
 
+    def segment(self, span: Span, limit: int = 60) -> str:
+        """The source text under a span, shortened for a message."""
+        lines = self.text.splitlines()
+        text = lines[span.line - 1][span.col:span.end_col] if 0 < span.line <= len(lines) else ""
+        return text if len(text) <= limit else text[:limit - 3] + "..."
+
     # -- entry -------------------------------------------------------------------------------
     def parse(self, name: str | None) -> Recurrence:
         if len(self.text) > MAX_SOURCE_CHARS:
@@ -267,18 +373,20 @@ class _Parser:
             line = min(max(line, 1), len(lines))
             col = min(col, max(0, len(lines[line - 1]) - 1))
             raise RecurrenceError(f"syntax error: {e.msg}", self.text, line, col) from None
-        except (RecursionError, MemoryError, ValueError) as e:
-            raise self.error(f"the recurrence cannot be read: {type(e).__name__}: {e}") from None
+        except (RecursionError, MemoryError):
+            raise self.error("the recurrence is nested too deeply for Python's parser (write "
+                             "fewer nested operators or parentheses)") from None
+        except ValueError as e:
+            raise self.error(f"the recurrence cannot be read: {e}") from None
+        # a first, coarse bound before any conversion (Python's tree has about four nodes for
+        # each of ours: x[t] is a subscript, two names and their contexts)
         count = sum(1 for _ in ast.walk(module))
-        if count > 2 * MAX_NODES:
-            raise self.error(f"the recurrence has more than {MAX_NODES} terms")
+        if count > 4 * MAX_NODES:
+            raise self.error(_too_many())
         if not module.body:
             raise self.error("the recurrence is empty: write a state update such as "
                              "h[t] = a[t] * h[t-1] + b[t]")
-        try:
-            statements = [self.statement(node) for node in module.body]
-        except RecursionError:
-            raise self.error("the recurrence is nested too deeply") from None
+        statements = [self.statement(node) for node in module.body]
         return self.check(statements, name)
 
     # -- statements --------------------------------------------------------------------------
@@ -296,14 +404,18 @@ class _Parser:
             raise self.error("the left side must be a name indexed by time, such as h[t] or "
                              "h[t, n]", self.span(target))
         tname = target.value.id
-        if tname in RESERVED:
-            raise self.error(f"'{tname}' is reserved and cannot be defined", self.span(target))
+        if tname in FUNCTIONS:
+            raise self.error(f"'{tname}' is a function of the language and cannot be defined",
+                             self.span(target.value))
+        if tname in RESERVED_NAMES:
+            raise self.error(f"'{tname}' is reserved and cannot be defined: "
+                             f"{RESERVED_NAMES[tname]}", self.span(target.value))
         lag, lane = self.index(target.slice, target)
         if lag != 0:
             raise self.error(f"define {tname} at the current time: {tname}[t]", self.span(target))
         expr = self.expr(node.value)
         seg = ast.get_source_segment(self.text, node) or ""
-        return Statement(tname, lane, expr, self.span(node), seg)
+        return Statement(tname, lane, expr, self.span(node), seg, self.span(target.value))
 
     def index(self, sl: ast.expr, where: ast.AST) -> tuple[int | None, bool]:
         """(lag, lane) of a subscript: [t] [t-1] [t, n] [n]."""
@@ -313,7 +425,7 @@ class _Parser:
         lag: int | None = None
         lane = False
         for i, e in enumerate(elts):
-            if isinstance(e, ast.Name) and e.id == "n":
+            if isinstance(e, ast.Name) and e.id == STATE_AXIS:
                 if lane or i != len(elts) - 1:
                     raise self.error("the state axis n comes last, once: x[t, n]", self.span(e))
                 lane = True
@@ -324,65 +436,59 @@ class _Parser:
         return lag, lane
 
     def time(self, e: ast.expr) -> int:
-        if isinstance(e, ast.Name) and e.id == "t":
+        if isinstance(e, ast.Name) and e.id == TIME_AXIS:
             return 0
-        if (isinstance(e, ast.BinOp) and isinstance(e.left, ast.Name) and e.left.id == "t"
+        if (isinstance(e, ast.BinOp) and isinstance(e.left, ast.Name) and e.left.id == TIME_AXIS
                 and isinstance(e.op, ast.Add | ast.Sub) and isinstance(e.right, ast.Constant)
                 and type(e.right.value) is int):
             k = e.right.value if isinstance(e.op, ast.Sub) else -e.right.value
             if k < 0:
                 raise self.error(f"t+{-k} refers to the future; a recurrence reads only the "
-                                 "present (t) and the past (t-1, t-2, ...)", self.span(e))
+                                 "present (t) and the past (t-1, t-2, ...)"[:200], self.span(e))
             if k > MAX_LAG:
                 raise self.error(f"lags beyond t-{MAX_LAG} are not supported", self.span(e))
             return int(k)
         raise self.error("a time index must be t or t-k with an integer k", self.span(e))
 
     # -- expressions -------------------------------------------------------------------------
-    def expr(self, node: ast.expr) -> Expr:
+    def expr(self, root: ast.expr) -> Expr:
+        """Convert a Python expression into the language's tree, bottom-up and without
+        recursion (a sum of thousands of terms is a chain thousands of nodes deep)."""
+        stack: list[tuple[ast.expr, int | None]] = [(root, None)]
+        results: list[_Built] = []
+        while stack:
+            node, arity = stack.pop()
+            if arity is None:
+                operands = self.enter(node)
+                if operands:
+                    stack.append((node, len(operands)))
+                    stack.extend((o, None) for o in reversed(operands))
+                    continue
+                arity = 0
+            args = results[len(results) - arity:] if arity else []
+            if arity:
+                del results[len(results) - arity:]
+            results.append(self.build(node, args))
+        return results[0].expr
+
+    def enter(self, node: ast.expr) -> tuple[ast.expr, ...]:
+        """Checks of a node that need none of its operands; its operands to convert first."""
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            raise self.error(f"the recurrence has more than {MAX_NODES} terms", self.span(node))
+            raise self.error(_too_many(), self.span(node))
         span = self.span(node)
-        if isinstance(node, ast.Constant):
-            if isinstance(node.value, bool) or not isinstance(node.value, int | float):
-                raise self.error(f"only numbers are allowed as constants, not {node.value!r}"[:200],
-                                 span)
-            if isinstance(node.value, int) and abs(node.value) > 2**63:
-                raise self.error("the number is too large", span)
-            return Num(float(node.value), span)
-        if isinstance(node, ast.Name):
-            if node.id in ("t", "n"):
-                raise self.error(f"'{node.id}' is an index and can only appear inside [...]",
-                                 span)
-            if node.id in FUNCTIONS:
-                raise self.error(f"'{node.id}' is a function: call it, as in {node.id}(x[t])",
-                                 span)
-            return Ref(node.id, None, False, span)
-        if isinstance(node, ast.Subscript):
-            if not isinstance(node.value, ast.Name):
-                raise self.error("only names can be indexed", span)
-            if node.value.id in RESERVED:
-                raise self.error(f"'{node.value.id}' cannot be indexed", span)
-            lag, lane = self.index(node.slice, node)
-            return Ref(node.value.id, lag, lane, span)
+        if isinstance(node, ast.Constant | ast.Name | ast.Subscript):
+            return ()
         if isinstance(node, ast.UnaryOp):
-            if isinstance(node.op, ast.USub):
-                return Unary("-", self.expr(node.operand), span)
-            if isinstance(node.op, ast.UAdd):
-                return Unary("+", self.expr(node.operand), span)
-            raise self.error(f"the operator {type(node.op).__name__} is not in the language",
-                             span)
+            if not isinstance(node.op, ast.USub | ast.UAdd):
+                raise self.error(f"the operator {type(node.op).__name__} is not in the language",
+                                 span)
+            return (node.operand,)
         if isinstance(node, ast.BinOp):
-            ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
-            op = ops.get(type(node.op))
-            if op is None:
+            if type(node.op) not in _BINOPS:
                 raise self.error(f"the operator {type(node.op).__name__} is not in the language "
                                  "(use + - * / **)", span)
-            left, right = self.expr(node.left), self.expr(node.right)
-            if op == "**" and not _is_number(right):
-                raise self.error("the exponent of ** must be a number", right.span)
-            return Binary(op, left, right, span)  # type: ignore[arg-type]
+            return (node.left, node.right)
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name):
                 raise self.error("only the functions of the language can be called "
@@ -390,13 +496,13 @@ class _Parser:
             fname = node.func.id
             if fname not in FUNCTIONS:
                 raise self.error(f"unknown function '{fname}'; the language has "
-                                 f"{', '.join(sorted(FUNCTIONS))}", self.span(node.func))
+                                 f"{', '.join(sorted(FUNCTIONS))}"[:300], self.span(node.func))
             if node.keywords:
                 raise self.error(f"{fname}() takes no keyword arguments", span)
             want = 2 if fname in BINARY_FUNCTIONS else 1
             if len(node.args) != want or any(isinstance(a, ast.Starred) for a in node.args):
                 raise self.error(f"{fname}() takes {want} argument{'s' * (want > 1)}", span)
-            return Call(fname, tuple(self.expr(a) for a in node.args), span)
+            return tuple(node.args)
         kinds = {ast.Attribute: "attribute access", ast.Lambda: "lambda",
                  ast.ListComp: "comprehension", ast.GeneratorExp: "comprehension",
                  ast.SetComp: "comprehension", ast.DictComp: "comprehension",
@@ -406,6 +512,123 @@ class _Parser:
                  ast.YieldFrom: "yield", ast.Starred: "'*' unpacking"}
         what = kinds.get(type(node), type(node).__name__)
         raise self.error(f"{what} is not part of the recurrence language", span)
+
+    def build(self, node: ast.expr, args: list[_Built]) -> _Built:
+        """The node of the language, from its converted operands."""
+        span = self.span(node)
+        if isinstance(node, ast.Constant):
+            return self.number(node, span)
+        if isinstance(node, ast.Name):
+            self.check_name(node.id, span, indexed=False)
+            return _Built(Ref(node.id, None, False, span))
+        if isinstance(node, ast.Subscript):
+            if not isinstance(node.value, ast.Name):
+                raise self.error("only names can be indexed", span)
+            self.check_name(node.value.id, self.span(node.value), indexed=True)
+            lag, lane = self.index(node.slice, node)
+            return _Built(Ref(node.value.id, lag, lane, span))
+        if isinstance(node, ast.UnaryOp):
+            (operand,) = args
+            op: Literal["-", "+"] = "-" if isinstance(node.op, ast.USub) else "+"
+            value = None
+            if operand.value is not None:
+                value = -operand.value if op == "-" else operand.value
+            return _Built(Unary(op, operand.expr, span), value, operand.power)
+        if isinstance(node, ast.BinOp):
+            return self.binary(_BINOPS[type(node.op)], args[0], args[1], span)
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        call = Call(node.func.id, tuple(a.expr for a in args), span)
+        values = [a.value for a in args]
+        # sympy merges a power inside abs() and sqrt() with one outside: abs(x**8)**8 is x**64
+        power = args[0].power if call.func in ("abs", "sqrt") else None
+        if power is not None and call.func == "sqrt":
+            power /= 2
+        if call.func in REDUCTIONS or any(v is None for v in values):
+            return _Built(call, None, power)
+        return _Built(call, self.constant(_call_value(call.func, values), span), power)
+
+    def check_name(self, name: str, span: Span, indexed: bool) -> None:
+        if name in (TIME_AXIS, STATE_AXIS):
+            if indexed:
+                raise self.error(f"'{name}' cannot be indexed", span)
+            raise self.error(f"'{name}' is an index and can only appear inside [...]", span)
+        if name in FUNCTIONS:
+            if indexed:
+                raise self.error(f"'{name}' cannot be indexed", span)
+            raise self.error(f"'{name}' is a function: call it, as in {name}(x[t])", span)
+        if name in RESERVED_NAMES:
+            raise self.error(f"'{name}' is reserved and cannot name an input or a parameter: "
+                             f"{RESERVED_NAMES[name]}", span)
+
+    def number(self, node: ast.Constant, span: Span) -> _Built:
+        v = node.value
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.error(f"only numbers are allowed as constants, not {v!r}"[:200], span)
+        text = self.segment(span)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise self.error(f"the number {text} is not finite (it overflows even float64)",
+                             span)
+        if abs(v) > MAX_CONSTANT:
+            raise self.error(f"the number {text} is too large: constants must fit in float32 "
+                             f"(|x| <= {MAX_CONSTANT:.4g})", span)
+        if v != 0 and abs(v) < MIN_CONSTANT:
+            raise self.error(f"the number {text} is too small: it would become 0 in float32 "
+                             f"(non-zero constants need |x| >= {MIN_CONSTANT:.4g})", span)
+        return _Built(Num(float(v), span), float(v))
+
+    def binary(self, op: Literal["+", "-", "*", "/", "**"], left: _Built, right: _Built,
+               span: Span) -> _Built:
+        node = Binary(op, left.expr, right.expr, span)
+        # the exponent a power of this node would multiply: sympy merges (x**a)**b into
+        # x**(a*b) and distributes a power over a product, (x**a * y)**b = x**(a*b) * y**b
+        power = None
+        if op in "*/" and (left.power is not None or right.power is not None):
+            power = max(abs(left.power or 0.0), abs(right.power or 0.0))
+        if op == "**":
+            if not _is_number(right.expr) or right.value is None:
+                raise self.error("the exponent of ** must be a number", right.expr.span)
+            p = right.value
+            if abs(p) > MAX_EXPONENT:
+                raise self.error(f"the exponent {self.segment(right.expr.span)} is too large: "
+                                 f"exponents of ** are limited to |p| <= {MAX_EXPONENT}",
+                                 right.expr.span)
+            power = abs(p) * (left.power if left.power is not None else 1.0)
+            if power > MAX_EXPONENT:
+                raise self.error(f"a power of a power: the exponents multiply to {power:g}; "
+                                 f"exponents of ** are limited to |p| <= {MAX_EXPONENT}", span)
+        if op == "/" and right.value == 0:
+            raise self.error("division by zero", span)
+        if left.value is None or right.value is None:
+            return _Built(node, None, power)
+        a, b = left.value, right.value
+        try:
+            if op == "+":
+                value: float | complex = a + b
+            elif op == "-":
+                value = a - b
+            elif op == "*":
+                value = a * b
+            elif op == "/":
+                value = a / b
+            else:
+                value = a ** b
+        except ZeroDivisionError:
+            raise self.error(f"the constant `{self.segment(span)}` divides by zero",
+                             span) from None
+        except OverflowError:
+            value = math.inf
+        return _Built(node, self.constant(value, span), power)
+
+    def constant(self, value: float | complex | None, span: Span) -> float:
+        """Check the value of a constant subexpression: a finite real within float32's range."""
+        text = self.segment(span)
+        if value is None or isinstance(value, complex) or math.isnan(value):
+            raise self.error(f"the constant `{text}` is not a real number", span)
+        if math.isinf(value) or abs(value) > MAX_CONSTANT:
+            shown = f"{value:.3g}" if math.isfinite(value) else "infinite"
+            raise self.error(f"the constant `{text}` is {shown}: constants must fit in float32 "
+                             f"(|x| <= {MAX_CONSTANT:.4g})", span)
+        return float(value)
 
     # -- semantic checks ---------------------------------------------------------------------
     def check(self, statements: list[Statement], name: str | None) -> Recurrence:
@@ -491,6 +714,7 @@ class _Parser:
                 if r.name not in inputs:
                     inputs.append(r.name)
 
+        self.check_initial_keywords(states, defined, refs)
         for s in statements:
             self.check_sums(s, vector, s.target in readouts)
             if s.target in order:
@@ -498,15 +722,40 @@ class _Parser:
         return Recurrence(self.text, tuple(statements), states, readouts, tuple(inputs),
                           tuple(params), frozenset(lane_names), vector, order, name)
 
+    def check_initial_keywords(self, states: tuple[str, ...], defined: dict[str, Statement],
+                               refs: list[tuple[Statement, Ref]]) -> None:
+        """``<state>0=`` gives the initial state of each state (a keyword of every call and a
+        kernel argument): no other name may be spelled so, and it may not be reserved."""
+        first_use: dict[str, Span] = {}
+        for _, r in refs:
+            first_use.setdefault(r.name, r.span)
+        for name, st in defined.items():
+            first_use[name] = st.target_span or st.span
+        for state in states:
+            key = h0_name(state)
+            where = defined[state].target_span or defined[state].span
+            if key in RESERVED:
+                why = RESERVED_NAMES.get(key, "it is a function of the language")
+                raise self.error(f"the state {state} gives its initial state as {key}=..., but "
+                                 f"'{key}' is reserved: {why}; rename {state}", where)
+            if key in first_use:
+                role = ("a state" if key in states else "a readout" if key in defined
+                        else "a name read by the recurrence")
+                raise self.error(f"{key} is {role}, but {key} is also the keyword of the initial "
+                                 f"state of {state} ({key}=... gives {state}[-1]); rename {key} "
+                                 f"or {state}", first_use[key])
+
     def check_sums(self, s: Statement, vector: bool, readout: bool) -> None:
         lane_names = {r.name for r in walk(s.expr) if isinstance(r, Ref) and r.lane}
 
         def has_lane(e: Expr) -> bool:
-            if isinstance(e, Call) and e.func == "sum":
-                return False
-            if isinstance(e, Ref):
-                return e.name in lane_names
-            return any(has_lane(c) for c in _children(e))
+            def visit(node: Expr, kids: list[bool]) -> bool:
+                if isinstance(node, Call) and node.func == "sum":
+                    return False
+                if isinstance(node, Ref):
+                    return node.name in lane_names
+                return any(kids)
+            return fold(e, visit)
 
         for node in walk(s.expr):
             if isinstance(node, Call) and node.func == "sum":
@@ -534,15 +783,15 @@ class _Parser:
             return self.error(f"the update of {s.target} is not affine in the state: "
                               f"`{text}` {why}", node.span)
 
-        def degree(e: Expr) -> int:
+        def degree(e: Expr, kids: list[int]) -> int:
             if isinstance(e, Num):
                 return 0
             if isinstance(e, Ref):
                 return 1 if e.name in states else 0
             if isinstance(e, Unary):
-                return degree(e.operand)
+                return kids[0]
             if isinstance(e, Binary):
-                dl, dr = degree(e.left), degree(e.right)
+                dl, dr = kids
                 if e.op in "+-":
                     return max(dl, dr)
                 if e.op == "*":
@@ -558,22 +807,42 @@ class _Parser:
                     raise bad(e, "raises the state to a power")
                 return dl
             assert isinstance(e, Call)
-            for a in e.args:
-                if degree(a):
-                    raise bad(e, f"applies {e.func}() to the state")
+            if any(kids):
+                raise bad(e, f"applies {e.func}() to the state")
             return 0
 
-        degree(s.expr)
+        fold(s.expr, degree)
 
 
-def _children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, Unary):
-        return (e.operand,)
-    if isinstance(e, Binary):
-        return (e.left, e.right)
-    if isinstance(e, Call):
-        return e.args
-    return ()
+def _too_many() -> str:
+    return (f"the recurrence has more than {MAX_NODES} terms (names, numbers, operators and "
+            "calls): split it, or sum the inputs before the scan")
+
+
+def _call_value(func: str, args: list[float | None]) -> float | complex | None:
+    """The value of a function of constants (None: not a real number)."""
+    x = args[0]
+    assert x is not None
+    try:
+        if func == "exp":
+            return math.exp(x)
+        if func == "log":
+            return math.log(x) if x > 0 else (-math.inf if x == 0 else None)
+        if func == "sqrt":
+            return math.sqrt(x) if x >= 0 else None
+        if func == "tanh":
+            return math.tanh(x)
+        if func == "abs":
+            return abs(x)
+        if func == "sigmoid":
+            return 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))
+        if func == "softplus":
+            return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+        y = args[1]
+        assert y is not None
+        return max(x, y) if func == "max" else min(x, y)
+    except OverflowError:
+        return math.inf
 
 
 def _is_number(e: Expr) -> bool:

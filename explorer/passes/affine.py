@@ -17,12 +17,21 @@ For a vector state (axis n) the system holds per lane: ``A_t`` is diagonal acros
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import numpy as np
 import sympy
 
-from explorer.frontend.recurrence import Binary, Expr, Num, Recurrence, Ref, Unary
+from explorer.frontend.recurrence import (
+    Binary,
+    Call,
+    Expr,
+    Num,
+    Recurrence,
+    Ref,
+    Unary,
+    fold,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -49,31 +58,67 @@ def _state_symbol(name: str, lag: int) -> sympy.Symbol:
     return sympy.Symbol(f"{name}[t]" if lag == 0 else f"{name}[t-{lag}]", real=True)
 
 
-def to_sympy(expr: Expr, states: Mapping[tuple[str, int], sympy.Symbol]) -> sympy.Expr:
-    """Translate the language's expression tree into sympy (sigmoid and softplus expanded)."""
-    if isinstance(expr, Num):
-        v = expr.value
-        return sympy.Integer(int(v)) if float(v).is_integer() and abs(v) < 2**53 else sympy.Float(v)
-    if isinstance(expr, Ref):
-        if expr.lag is not None and (expr.name, expr.lag) in states:
-            return states[(expr.name, expr.lag)]
-        return symbol(expr.name)
-    if isinstance(expr, Unary):
-        operand = to_sympy(expr.operand, states)
-        return -operand if expr.op == "-" else operand
-    if isinstance(expr, Binary):
-        left, right = to_sympy(expr.left, states), to_sympy(expr.right, states)
-        if expr.op == "+":
-            return left + right
-        if expr.op == "-":
-            return left - right
-        if expr.op == "*":
-            return left * right
-        if expr.op == "/":
-            return left / right
-        return left**right
-    args = [to_sympy(a, states) for a in expr.args]
-    f = expr.func
+class _Terms(list[sympy.Expr]):
+    """The terms of a ``+``/``-`` chain, summed once when the chain ends."""
+
+
+class _Factors(list[sympy.Expr]):
+    """The factors of a ``*`` chain, multiplied once when the chain ends."""
+
+
+_Part: TypeAlias = "sympy.Expr | _Terms | _Factors"
+
+
+def to_sympy(expr: Expr, states: Mapping[tuple[str, int], sympy.Expr]) -> sympy.Expr:
+    """Translate the language's expression tree into sympy (sigmoid and softplus expanded).
+
+    Bottom-up without recursion (a legal sum may be thousands of terms deep); the terms of a
+    chain of ``+``/``-`` (factors of ``*``) are collected and handed to sympy once, which keeps
+    a long sum linear instead of re-flattening a growing ``Add`` at every term.
+    """
+
+    def visit(e: Expr, kids: list[_Part]) -> _Part:
+        if isinstance(e, Num):
+            v = e.value
+            if float(v).is_integer() and abs(v) < 2**53:
+                return sympy.Integer(int(v))
+            return sympy.Float(v)
+        if isinstance(e, Ref):
+            if e.lag is not None and (e.name, e.lag) in states:
+                return states[(e.name, e.lag)]
+            return symbol(e.name)
+        if isinstance(e, Unary):
+            operand = _done(kids[0])
+            return -operand if e.op == "-" else operand
+        if isinstance(e, Binary):
+            left, right = kids
+            if e.op in "+-":
+                terms = left if isinstance(left, _Terms) else _Terms([_done(left)])
+                r = _done(right)
+                terms.append(r if e.op == "+" else -r)
+                return terms
+            if e.op == "*":
+                factors = left if isinstance(left, _Factors) else _Factors([_done(left)])
+                factors.append(_done(right))
+                return factors
+            if e.op == "/":
+                return _done(left) / _done(right)
+            return _done(left) ** _done(right)
+        assert isinstance(e, Call)
+        return _call(e.func, [_done(k) for k in kids])
+
+    return _done(fold(expr, visit))
+
+
+def _done(part: _Part) -> sympy.Expr:
+    if isinstance(part, _Terms):
+        return sympy.Add(*part)
+    if isinstance(part, _Factors):
+        return sympy.Mul(*part)
+    return part
+
+
+def _call(f: str, args: list[sympy.Expr]) -> sympy.Expr:
     if f == "exp":
         return sympy.exp(args[0])
     if f == "log":
@@ -231,7 +276,45 @@ def decompose(rec: Recurrence) -> AffineForm:
     state_symbols = tuple(_state_symbol(name, lag) for name, lag in components)
     cur_map = {**cur, **{(n, lag): _state_symbol(n, lag) for n, lag in components}}
     readouts = {r: to_sympy(rec.statement(r).expr, cur_map) for r in rec.readouts}
+    for i, (name, lag) in enumerate(components):
+        if lag == 0:
+            _check_folded(rec, name, [A[i, j] for j in range(S)] + [b[i]])
+    for r, e in readouts.items():
+        _check_folded(rec, r, [e])
     return AffineForm(rec, components, A, b, state_symbols, readouts)
+
+
+_NOT_REAL = (sympy.I, sympy.zoo, sympy.oo, -sympy.oo, sympy.nan)
+
+
+def _check_folded(rec: Recurrence, name: str, exprs: list[sympy.Expr]) -> None:
+    """Refuse what sympy's folding makes of the constants when the kernels could not compute it
+    in float32: a number beyond float32's range (``3e38 * x[t] * 10`` folds to ``3e39*x``) or
+    one that is not a finite real (``log(0 * x[t])`` folds to ``zoo``).  The front end checks
+    every constant subexpression as written; this checks what folding across terms made."""
+    from explorer.errors import RecurrenceError
+    from explorer.frontend.recurrence import MAX_CONSTANT
+
+    st = rec.statement(name)
+    what = "update" if name in rec.states else "readout"
+    for e in exprs:
+        bad = next((a for a in _NOT_REAL if e.has(a)), None)
+        if bad is not None:
+            raise RecurrenceError(f"the {what} of {name} is not a finite real number: its "
+                                  f"constants fold to {sympy.sstr(bad)} (in "
+                                  f"{_short(e)})", rec.text, st.span.line, st.span.col,
+                                  st.span.length)
+        for n in e.atoms(sympy.Number):
+            if abs(n) > MAX_CONSTANT:
+                raise RecurrenceError(f"the {what} of {name} folds its constants into "
+                                      f"{sympy.Float(n, 3)}, beyond float32's range (|x| <= "
+                                      f"{MAX_CONSTANT:.4g})", rec.text, st.span.line, st.span.col,
+                                      st.span.length)
+
+
+def _short(e: sympy.Expr, limit: int = 80) -> str:
+    text = sympy.sstr(e)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _tidy(e: sympy.Expr) -> sympy.Expr:
