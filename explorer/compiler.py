@@ -33,6 +33,9 @@ from explorer.groundtruth import arg_specs, h0_specs
 from explorer.passes.affine import AffineForm, decompose
 from explorer.passes.plans import ScanPlan
 
+#: a value not computed yet
+_PENDING: Any = object()
+
 #: the picture of the plan is drawn for this many positions (the kernel's tile is larger)
 PLAN_PICTURE_N = 16
 
@@ -67,7 +70,8 @@ class Compiled:
     final_module: str  # the fully lowered module (llvm dialect): what the CPU path runs
     ptx: str | None
     llvm_ir: str
-    ptx_info: dict[str, Any] | None
+    #: ptxas's resource report: computed when first asked (off the compile's critical path)
+    _ptx_info: Any
     key: str
     from_cache: bool = False
     #: built by this process's compiler; False for anything decoded from bytes (a record file,
@@ -79,6 +83,17 @@ class Compiled:
     _runners: dict[str, Any] = field(default_factory=dict, repr=False)
 
     # -- views ---------------------------------------------------------------------------------
+    @property
+    def ptx_info(self) -> dict[str, Any] | None:
+        """ptxas's report on the PTX (registers, shared memory, spills), or
+        ``{"unavailable": why}``; None without PTX. Computed on first use."""
+        if self._ptx_info is _PENDING:
+            from explorer.codegen.ptxas import ptxas_info
+
+            self._ptx_info = (ptxas_info(self.ptx, self.options["chip"])
+                              if self.ptx is not None else None)
+        return self._ptx_info
+
     @property
     def stage_names(self) -> list[str]:
         return list(self.stages)
@@ -303,19 +318,15 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
         name = p.name if p.name not in stages else f"{p.name} #{i}"
         stages[name] = Stage(name, p.ir, p.seconds, kind="mlir")
     stages["llvm"] = Stage("llvm", lowered.llvm_ir, lowered.llvm_seconds, kind="llvm")
-    ptx_info = None
     if opts.target == "cuda" and lowered.ptx is not None:
         # PTX is emitted by the gpu-module-to-binary pass: its time is the PTX stage's
         to_binary = [p.seconds for p in passes if p.name.startswith("gpu-module-to-binary")]
         stages["ptx"] = Stage("ptx", lowered.ptx, sum(to_binary), kind="ptx")
-        from explorer.codegen.ptxas import ptxas_info
-
-        ptx_info = ptxas_info(lowered.ptx, opts.chip)
     built = state.built
     kernels = [dict(k.manifest(), args=built.args) for k in built.kernels]
     return Compiled(rec, form, plan.picture(plan.threads), opts.strategy, opts.target, opt_dict,
                     stages, passes, kernels, lowered.final_module, lowered.ptx, lowered.llvm_ir,
-                    ptx_info, key, scan_plan=plan)
+                    _PENDING, key, scan_plan=plan)
 
 
 def _scan_ops(ir: str) -> str:
@@ -572,19 +583,49 @@ def _evict(folder: Path, keep: str | None = None) -> None:
         total -= size
 
 
+# Entries are written by one background thread (encoding, the ptxas report and gzip cost a few
+# hundred ms that a compile need not wait for); a read of the same key, clear_cache and the end
+# of the process wait for the writes in flight.
+_WRITER: Any = None
+_WRITES: dict[str, Any] = {}
+
+
 def _to_disk(c: Compiled) -> None:
-    folder = cache_dir()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        _write_bytes(folder / f"{c.key}.json.gz", _encode(c), compress=True)
-        _evict(folder, keep=c.key)
-    except OSError:
-        pass  # a read-only home is no reason to fail a compile
+    global _WRITER
+    from concurrent.futures import ThreadPoolExecutor
+
+    def write() -> None:
+        folder = cache_dir()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_bytes(folder / f"{c.key}.json.gz", _encode(c), compress=True)
+            _evict(folder, keep=c.key)
+        except OSError:
+            pass  # a read-only home is no reason to fail a compile
+        finally:
+            with _LOCK:
+                if _WRITES.get(c.key) is future:
+                    del _WRITES[c.key]
+
+    with _LOCK:
+        if _WRITER is None:
+            _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scanweaver-cache")
+        future = _WRITER.submit(write)
+        _WRITES[c.key] = future
+
+
+def wait_for_cache_writes(key: str | None = None) -> None:
+    """Wait until the disk cache holds what was compiled (one key, or every write)."""
+    with _LOCK:
+        pending = [f for k, f in _WRITES.items() if key is None or k == key]
+    for f in pending:
+        f.result()
 
 
 def _from_disk(key: str, rec: Recurrence) -> Compiled | None:
     from explorer.files import UnsafeFile, read_regular
 
+    wait_for_cache_writes(key)
     path = cache_dir() / f"{key}.json.gz"
     try:
         raw = read_regular(path, RECORD_LIMIT, follow_links=False)
@@ -611,6 +652,7 @@ def _from_disk(key: str, rec: Recurrence) -> Compiled | None:
 
 def clear_cache() -> None:
     """Forget every compiled result, in memory and on disk (only the cache's own files)."""
+    wait_for_cache_writes()
     with _LOCK:
         _MEMORY.clear()
     folder = cache_dir()

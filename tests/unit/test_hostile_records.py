@@ -108,6 +108,7 @@ def test_a_record_never_runs_its_stored_ir_on_the_host(tmp_path, target):
 def test_a_tampered_disk_cache_entry_never_runs(tmp_path):
     marker = tmp_path / "ran"
     c = ex.compile(AFFINE, target="cpu", strategy="sequential")
+    compiler.wait_for_cache_writes()
     entry = compiler.cache_dir() / f"{c.key}.json.gz"
     assert entry.exists()
     _rewrite(entry, lambda p: p.update(final_module=_evil_module(marker)))
@@ -188,9 +189,11 @@ def test_odd_files_are_refused_quickly(tmp_path):
 
 def test_a_fifo_or_link_in_the_cache_is_not_read(tmp_path):
     c = ex.compile(AFFINE, target="cpu", strategy="sequential")
+    compiler.wait_for_cache_writes()
     entry = compiler.cache_dir() / f"{c.key}.json.gz"
     secret = tmp_path / "secret"
     secret.write_bytes(entry.read_bytes())
+    secret_bytes = secret.read_bytes()
     for plant in ("fifo", "link"):
         entry.unlink()
         if plant == "fifo":
@@ -205,17 +208,21 @@ def test_a_fifo_or_link_in_the_cache_is_not_read(tmp_path):
         t.join(120)
         assert not t.is_alive(), f"compile hangs on a {plant} in the cache"
         assert not done[0].from_cache, plant
+        compiler.wait_for_cache_writes()
+        assert secret.read_bytes() == secret_bytes, "the link's target was written through"
 
 
 def test_the_disk_cache_is_bounded_and_evicts_the_oldest(tmp_path, monkeypatch):
     folder = compiler.cache_dir()
     first = ex.compile(AFFINE, target="cpu", strategy="sequential", block_size=32)
+    compiler.wait_for_cache_writes()
     one = (folder / f"{first.key}.json.gz").stat().st_size
     assert one < 1_000_000, "a cache entry is compressed"
     monkeypatch.setenv("SCANWEAVER_CACHE_MB", str(2.5 * one / 2**20))
     keys = [first.key]
     for bs in (64, 128, 256):
         keys.append(ex.compile(AFFINE, target="cpu", strategy="sequential", block_size=bs).key)
+        compiler.wait_for_cache_writes()
     total = sum(p.stat().st_size for p in folder.glob("*.json.gz"))
     assert total <= compiler.cache_limit_bytes()
     assert (folder / f"{keys[-1]}.json.gz").exists()
@@ -225,6 +232,7 @@ def test_the_disk_cache_is_bounded_and_evicts_the_oldest(tmp_path, monkeypatch):
 def test_clear_cache_deletes_only_its_own_files():
     folder = compiler.cache_dir()
     ex.compile(AFFINE, target="cpu", strategy="sequential")
+    compiler.wait_for_cache_writes()
     mine = list(folder.glob("*.json.gz"))
     assert mine
     (folder / "notes.txt").write_text("keep me")
