@@ -83,6 +83,21 @@ class Compiled:
     _runners: dict[str, Any] = field(default_factory=dict, repr=False)
 
     # -- views ---------------------------------------------------------------------------------
+    def term_lines(self) -> dict[str, dict[str, list[int]]]:
+        """For each recurrence term (``"line:col"``), the lines it became: of the IR after
+        each pass that recorded them (ours, and the kernels' final LLVM dialect), and of the
+        PTX (``"ptx"``, from its ``.loc`` lines). Line numbers count from 0."""
+        out: dict[str, dict[str, list[int]]] = {}
+        for p in self.passes:
+            for term, lines in p.locations.items():
+                out.setdefault(term, {})[p.name] = lines
+        if self.ptx:
+            from explorer.codegen.locations import ptx_locations
+
+            for term, lines in ptx_locations(self.ptx).items():
+                out.setdefault(term, {})["ptx"] = lines
+        return out
+
     @property
     def ptx_info(self) -> dict[str, Any] | None:
         """ptxas's report on the PTX (registers, shared memory, spills), or
@@ -124,7 +139,7 @@ class Compiled:
             raise OptionError("this compile targets the CPU; compile with target='cuda'")
         self._device = value
 
-    def __call__(self, device: str | None = None, L: int | None = None, **arrays: Any) -> Any:
+    def __call__(self, /, device: str | None = None, L: int | None = None, **arrays: Any) -> Any:
         """Run on ``device`` (default: :attr:`device`); time is the last axis of every input."""
         dev = device or self.device
         if L is not None:  # only needed when no input is indexed by time
@@ -210,7 +225,7 @@ class _CpuRunner:
     def __init__(self, compiled: Compiled) -> None:
         self.compiled = compiled
 
-    def __call__(self, L: int | None = None, **arrays: Any) -> Any:
+    def __call__(self, /, L: int | None = None, **arrays: Any) -> Any:
         from explorer.runtime.cpu import run_cpu
         from explorer.runtime.shapes import marshal
 
@@ -292,6 +307,7 @@ def _key(text: str, options: dict[str, Any]) -> str:
 
 def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
              t_parse: float) -> Compiled:
+    from explorer.codegen.locations import split_locations
     from explorer.codegen.pipeline import cpu_steps, cuda_steps, lower, scan_steps
     from explorer.dialect.build import build_scan
     from explorer.passes.state import ScanState
@@ -313,7 +329,7 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
                              decomposed.seconds)
     stages["plan"] = Stage("plan", _plan_text(plan) + "\n\n" + _scan_ops(planned.ir),
                            planned.seconds, plan.picture(PLAN_PICTURE_N).to_dot())
-    stages["mlir"] = Stage("mlir", text, t_build, kind="mlir")
+    stages["mlir"] = Stage("mlir", split_locations(text)[0], t_build, kind="mlir")
     for i, p in enumerate(passes):
         name = p.name if p.name not in stages else f"{p.name} #{i}"
         stages[name] = Stage(name, p.ir, p.seconds, kind="mlir")
@@ -466,6 +482,11 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
         record = PassRecord(**typed(p, dict, "a pass"))
         for f in ("name", "ir", "pipeline"):
             typed(getattr(record, f), str, f"pass {f}")
+        for term, lines in typed(record.locations, dict, "pass locations").items():
+            typed(term, str, "a location's term")
+            if not all(isinstance(i, int) and not isinstance(i, bool)
+                       for i in typed(lines, list, "a location's lines")):
+                raise TypeError("a location's lines are integers")
         passes.append(record)
     kernels = typed(payload["kernels"], list, "kernels")
     for k in kernels:

@@ -53,6 +53,7 @@ an equal range of time steps, threads along time).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,7 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.options import SHARED_LIMIT, STATIC_SHARED_LIMIT, Options
 from explorer.errors import CompileError, OptionError
+from explorer.frontend.names import AGGREGATES, CARRIES, TIME_CHUNK, h0_name
 
 KERNEL_PREFIX = "scanweaver"
 WARP = 32
@@ -99,8 +101,6 @@ LOAD_BATCH = 8
 READOUT_CHUNK_TILES = 16
 #: the host functions of the CPU target that emulate one kernel's grid end with this
 GRID_SUFFIX = "_grid"
-#: the per-call chunk length argument of the Blelloch kernels (a size, after the workspaces)
-TIME_CHUNK = "time_chunk"
 #: chunk rule, in units of the device's resident-block slots (SMs x blocks/SM): blocks wanted
 #: when chunking, and the sequences from which each runs whole in one block. Measured on an
 #: H200 (bench/kernel_speed.py, 2112 slots; ratio to copy, unchunked against the best chunked):
@@ -108,6 +108,15 @@ TIME_CHUNK = "time_chunk"
 #: 1 to 4 times the slots in blocks are within a few percent of each other
 CHUNK_FILL = 2.0
 UNCHUNKED_FROM = 0.1
+
+
+@dataclass(frozen=True)
+class Locations:
+    """Where the kernels' ops come from in the recurrence: MLIR locations of each name's first
+    use and of each statement (see :mod:`explorer.passes.lower`)."""
+
+    names: dict[str, Any] = field(default_factory=dict)
+    statements: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -214,14 +223,10 @@ def chunk_rule(options: Options, grid: Any = None) -> dict[str, Any]:
 
 
 #: workspace of the chunked Blelloch scan: per (sequence, chunk), the chunk's aggregate
-#: (layout ``[sequence][entry][chunk]``) and the state before the chunk (``[sequence][i][chunk]``)
-AGGREGATES = "chunk_aggregates"
-CARRIES = "chunk_carries"
-
-
-def h0_name(state: str) -> str:
-    """Name of the initial-state argument of ``state`` (``h`` -> ``h0``)."""
-    return f"{state}0"
+#: (layout ``[sequence][entry][chunk]``) and the state before the chunk (``[sequence][i][chunk]``);
+#: their names, the per-call chunk length TIME_CHUNK (a size, after the workspaces) and the
+#: initial-state argument h0_name(state) are owned by explorer.frontend.names, which refuses them
+#: as names of a recurrence
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,6 +343,11 @@ class Stream:
     array: Value
     row: Value
     last: Value | None = None
+    loc: Any = None       # the location of the term that reads it, for its loads
+
+    def load(self, t: Value) -> Value:
+        with self.loc or nullcontext():
+            return memref.load(self.array, [self.at(t)])
 
     def at(self, t: Value) -> Value:
         return add_i(self.row, t if self.last is None else arith.subi(self.last, t))
@@ -354,6 +364,9 @@ class Gen:
         self.sweeps: tuple[Any, ...] = ()
         #: the plan scans backwards in time: position t of the scan is time L - 1 - t
         self.reverse = False
+        #: locations in the recurrence: of a name's first use, and of each statement
+        self.locs: dict[str, Any] = {}
+        self.statement_locs: dict[str, Any] = {}
         self.alg = Algebra(form.A)
         self.arrays = arrays
         self.C, self.N, self.L = C, N, L
@@ -395,12 +408,18 @@ class Gen:
                 timed_base[name] = mul_i(lane_row if name in self.lanes else c, self.L)
             elif name in self.arrays:
                 at = lane_row if name in self.lanes else c
-                params[name] = memref.load(self.arrays[name], [at])
+                with self.loc(name):
+                    params[name] = memref.load(self.arrays[name], [at])
             else:
                 raise CompileError(f"the coefficients use {name!r}, which is neither an input "
                                    "nor a parameter")
         state_base = mul_i(lane_row if self.form.vector else c, self.L)
         return Seq(c, n, timed_base, params, state_base, mul_i(c, self.L))
+
+    def loc(self, name: str) -> Any:
+        """The location of ``name``'s term in the recurrence (a context for the ops that
+        read it), or no change."""
+        return self.locs.get(name) or nullcontext()
 
     def at(self, row_start: Value, t: Value) -> Value:
         """Index of scan position ``t`` in a timed row starting at ``row_start``."""
@@ -408,7 +427,8 @@ class Gen:
 
     def value(self, seq: Seq, name: str, t: Value) -> Value:
         if name in seq.timed_base:
-            return memref.load(self.arrays[name], [self.at(seq.timed_base[name], t)])
+            with self.loc(name):
+                return memref.load(self.arrays[name], [self.at(seq.timed_base[name], t)])
         return seq.params[name]
 
     def initial_state(self, seq: Seq) -> list[Value]:
@@ -426,7 +446,8 @@ class Gen:
         return arith.subi(self.L, ci(1)) if self.reverse else None
 
     def in_streams(self, seq: Seq, names: Sequence[str]) -> list[Stream]:
-        return [Stream(self.arrays[n], seq.timed_base[n], self._last()) for n in names]
+        return [Stream(self.arrays[n], seq.timed_base[n], self._last(), self.locs.get(n))
+                for n in names]
 
     def out_streams(self, seq: Seq) -> list[Stream]:
         last = self._last()
@@ -443,12 +464,13 @@ class Gen:
                    ) -> list[Value]:
         """Values of :attr:`scan_outputs` at one position from the state there."""
         out = [h[self.state_out[s]] for s in self.states]
-        for expr in self.scan_readouts.values():
+        for name, expr in self.scan_readouts.items():
             def lookup(sym: sympy.Symbol) -> Value:
                 if sym in self.state_index:
                     return h[self.state_index[sym]]
                 return timed(sym.name) if sym.name in self.timed else seq.params[sym.name]
-            out.append(ExprEmitter(lookup)(expr))
+            with self.statement_locs.get(name) or nullcontext():
+                out.append(ExprEmitter(lookup)(expr))
         return out
 
     def lane_readout(self, c: Value, t: Value) -> None:
@@ -480,8 +502,9 @@ class Gen:
             return for_loop(ci(0), self.N, ci(1), body, [cf(0.0)])[0]
 
         for name, expr in self.readouts.items():
-            y = ExprEmitter(outer, lane_sum)(expr)
-            memref.store(y, self.arrays[name], [self.at(mul_i(c, self.L), t)])
+            with self.statement_locs.get(name) or nullcontext():
+                y = ExprEmitter(outer, lane_sum)(expr)
+                memref.store(y, self.arrays[name], [self.at(mul_i(c, self.L), t)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -593,7 +616,8 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                         row = min_i(add_i(s0, r), arith.subi(CN, ci(1)))
                     else:
                         row = min_i(add_i(c0, r), arith.subi(gen.C, ci(1)))
-                    v = memref.load(gen.arrays[name], [gen.at(mul_i(row, gen.L), t)])
+                    with gen.loc(name):
+                        v = memref.load(gen.arrays[name], [gen.at(mul_i(row, gen.L), t)])
                     vals.append((where(warp, q, r, col), v))
             # the batch's loads are all in flight before its first store
             for at, v in vals:
@@ -741,7 +765,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         vals = []
         for k in range(E):
             t = min_i(add_i(t0, add_i(ci(k * bs), tid)), last)
-            vals += [memref.load(s.array, [s.at(t)]) for s in ins]
+            vals += [s.load(t) for s in ins]
         return vals
 
     def put_tile(tid: Value, vals: list[Value]) -> None:
@@ -1043,7 +1067,8 @@ def options_for(options: Options, plan: Any) -> Options:
                    reverse=reverse)
 
 
-def lower_plan(module_op: Any, form: Any, options: Options, plan: Any) -> BuiltModule:
+def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
+               locations: Any = None) -> BuiltModule:
     """Emit the kernels of ``plan`` (read from the ``scan`` ops) at the end of ``module_op``,
     in the current context: the ``gpu`` module and its launcher, or the host functions."""
     import time
@@ -1055,10 +1080,13 @@ def lower_plan(module_op: Any, form: Any, options: Options, plan: Any) -> BuiltM
                            "lowering can stage in shared memory")
     args = kernel_args(form, opts, plan.grid)
     kernels = kernel_specs(form, opts)
-    if opts.target == "cuda":
-        _cuda_module(module_op, form, opts, args, kernels, plan.sweeps)
-    else:
-        _cpu_module(module_op, form, opts, args, kernels, plan.sweeps)
+    locs = locations or Locations()
+    # every op defaults to the location of the (first) state's statement
+    with locs.statements.get(form.recurrence.states[0]) or nullcontext():
+        if opts.target == "cuda":
+            _cuda_module(module_op, form, opts, args, kernels, plan.sweeps, locs)
+        else:
+            _cpu_module(module_op, form, opts, args, kernels, plan.sweeps, locs)
     main = next(k for k in kernels if k.role == "scan")
     return BuiltModule(text="", kernel_name=main.name, args=args, block=main.block,
                        sequences_per_block=main.sequences_per_block,
@@ -1087,7 +1115,8 @@ def _i64() -> IntegerType:
 
 
 def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[Value],
-          as_flat: Callable[[Value, Value], Value], sweeps: tuple[Any, ...]) -> Gen:
+          as_flat: Callable[[Value, Value], Value], sweeps: tuple[Any, ...],
+          locs: Locations) -> Gen:
     # sizes by role: an input may itself be called C (Mamba's readout matrix)
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
     by_name = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] != "size"}
@@ -1099,6 +1128,8 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
     gen.Tc = Tc
     gen.sweeps = sweeps
     gen.reverse = options.reverse
+    gen.locs = dict(locs.names)
+    gen.statement_locs = dict(locs.statements)
     return gen
 
 
@@ -1126,7 +1157,7 @@ def _shared_arrays(form: Any, options: Options, spec: KernelSpec) -> list[int]:
 
 
 def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[str, Any]],
-                 kernels: list[KernelSpec], sweeps: tuple[Any, ...]) -> None:
+                 kernels: list[KernelSpec], sweeps: tuple[Any, ...], locs: Locations) -> None:
     module_op.attributes["gpu.container_module"] = UnitAttr.get()
     # bare-pointer ABI: a buffer arrives as a 0-d memref (one pointer) and is reshaped to the
     # flat memref<?xf32> of its size inside the kernel
@@ -1160,7 +1191,8 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                         dyn = ShapedType.get_dynamic_size()
                         return memref.reinterpret_cast(flat_memref(), v, [], [size], [], [0],
                                                        [dyn], [1])
-                    gen = _bind(form, options, args, values[:len(args)], as_flat, sweeps)
+                    gen = _bind(form, options, args, values[:len(args)], as_flat, sweeps,
+                                locs)
                     shared = values[len(args):]
                     if spec.shared_bytes:
                         raw = gpu.dynamic_shared_memory(MemRefType.get(
@@ -1222,7 +1254,7 @@ def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],
 
 
 def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str, Any]],
-                kernels: list[KernelSpec], sweeps: tuple[Any, ...]) -> None:
+                kernels: list[KernelSpec], sweeps: tuple[Any, ...], locs: Locations) -> None:
     """Host code: one ``<kernel>_grid(args..., grid)`` per kernel that runs its blocks one
     after the other and the threads of a block phase by phase, and the entry
     ``scanweaver_<strategy>(args...)`` that launches them in order like the GPU runtime."""
@@ -1239,7 +1271,7 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
             with InsertionPoint(block):
                 values = list(block.arguments)
                 gen = _bind(form, options, args, values[:len(args)], lambda v, size: v,
-                            sweeps)
+                            sweeps, locs)
                 shared = [memref.alloc(MemRefType.get([n], f32()), [], [])
                           for n in _shared_arrays(form, options, spec)]
                 hs = None

@@ -31,6 +31,7 @@ from mlir.ir import Context, Location, Module
 from mlir.passmanager import PassManager
 
 from explorer.codegen.kernels import BuiltModule
+from explorer.codegen.locations import split_locations
 from explorer.codegen.options import Options
 from explorer.codegen.records import PassRecord
 from explorer.errors import CompileError, OptionError, Reproducer
@@ -102,13 +103,15 @@ def cuda_steps(options: Options) -> list[Step]:
         Step("convert-index-to-llvm", _top("convert-index-to-llvm{index-bitwidth=64}")),
         Step("canonicalize", _top("canonicalize")),
         Step("cse", _top("cse")),
-        Step("strip-debuginfo", _gpu("strip-debuginfo")),
         Step("convert-gpu-to-nvvm",
              _gpu("convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=64}")),
         Step("canonicalize (gpu.module)", _gpu("canonicalize")),
         Step("cse (gpu.module)", _gpu("cse")),
         Step("reconcile-unrealized-casts (gpu.module)", _gpu("reconcile-unrealized-casts")),
         Step("gpu-to-llvm", _top("gpu-to-llvm{use-bare-pointers-for-kernels=1}")),
+        # line tables from the ops' locations: the PTX's .loc lines name recurrence columns
+        Step("ensure-debug-info-scope-on-llvm-func",
+             _top("ensure-debug-info-scope-on-llvm-func{emission-kind=LineTablesOnly}")),
         Step("gpu-module-to-binary", _top("gpu-module-to-binary{format=isa}")),
         Step("convert-math-to-llvm", _top("convert-math-to-llvm")),
         Step("canonicalize (host)", _top("canonicalize")),
@@ -234,9 +237,15 @@ def lower(built: BuiltModule | str, options: Options,
                 diag = "\n".join([*diagnostics, f"{type(err).__name__}: {err}"])
                 raise _fail(f"pass {step.name} failed", step, diag, before, options) from None
             seconds = time.perf_counter() - t0
-            after = str(module)
+            located: dict[str, list[int]] = {}
+            if step.run is not None or step.name == _KERNEL_LLVM_AFTER:
+                # printed with locations (twice the printing: only where they matter most)
+                after, located = split_locations(
+                    module.operation.get_asm(enable_debug_info=True))
+            else:
+                after = str(module)
             records.append(PassRecord(step.name, after, seconds, after != before,
-                                      step.pipeline))
+                                      step.pipeline, located))
             before = after
             if step.name == _KERNEL_LLVM_AFTER:
                 t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -14,3 +14,6 @@ class PassRecord:
     seconds: float
     changed: bool
     pipeline: str = ""     # the textual pipeline that ran it (``builtin.module(...)``)
+    #: the lines of ``ir`` each recurrence term ("line:col") became, for the passes whose
+    #: IR is printed with its locations (ours, and the kernels' final LLVM dialect)
+    locations: dict[str, list[int]] = field(default_factory=dict)

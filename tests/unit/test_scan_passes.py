@@ -93,3 +93,37 @@ def test_a_check_that_does_not_hold_fails(tmp_path: Path) -> None:
     run = subprocess.run([_filecheck(), str(bad)], input=ir_after(name, rec, **options),
                          capture_output=True, text=True)
     assert run.returncode != 0
+
+
+def test_locations_reach_the_ops_and_the_ptx() -> None:
+    """Each term of the recurrence maps to the ops it became and to PTX instructions."""
+    import explorer as ex
+
+    text = ex.PRESETS["selective scan"]
+    c = ex.compile(text, target="cuda", strategy="blelloch")
+    x_term = f"1:{text.splitlines()[0].index('x[t]') + 1}"
+    lines = c.term_lines()
+    assert set(lines[x_term]) >= {"scan-lower", "ptx"}
+    lowered = c.stages["scan-lower"].text.splitlines()
+    assert all("memref.load" in lowered[i] or "arith." in lowered[i]
+               for i in lines[x_term]["scan-lower"])
+    assert any("memref.load" in lowered[i] for i in lines[x_term]["scan-lower"])
+    ptx = c.ptx.splitlines()
+    assert any("ld.global" in ptx[i] for i in lines[x_term]["ptx"])
+    # the readout's sum over lanes comes from line 2
+    assert "2:1" in lines and "ptx" in lines["2:1"]
+    assert ".file" in c.ptx and '"recurrence"' in c.ptx
+
+
+def test_the_shown_ir_is_the_module_without_its_locations() -> None:
+    from mlir.ir import Context, Module
+
+    from explorer.codegen.locations import split_locations
+
+    with Context() as ctx:
+        scan.load(ctx)
+        module = Module.parse(ir_after("scan-lower", "h[t] = a[t] * h[t-1] + b[t]",
+                                       block_size=32))
+        plain, terms = split_locations(module.operation.get_asm(enable_debug_info=True))
+        assert plain == str(module)
+        assert {"1:1", "1:8", "1:24"} <= set(terms)
