@@ -50,7 +50,7 @@ def load(path: str | os.PathLike[str]) -> CudaKernel:
     return CudaKernel.from_artifact(path)
 
 
-def reference(rec: Any, L: int | None = None, **arrays: Any) -> Any:
+def reference(rec: Any, /, L: int | None = None, **arrays: Any) -> Any:
     """Float64 sequential ground truth; see :func:`explorer.groundtruth.reference`."""
     from explorer.groundtruth import reference as _reference
 

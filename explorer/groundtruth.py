@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import RecurrenceError
+from explorer.frontend.names import h0_name
 from explorer.frontend.recurrence import Binary, Call, Expr, Num, Recurrence, Ref, Unary, fold
 from explorer.passes.affine import AffineForm, decompose
 from explorer.runtime.shapes import ArgSpec, canonical_views
@@ -40,7 +41,8 @@ def arg_specs(rec: Recurrence) -> list[ArgSpec]:
 
 
 def h0_specs(rec: Recurrence) -> list[ArgSpec]:
-    return [ArgSpec(f"{s}0", False, rec.vector) for s in rec.states]
+    """The initial states a call may give: ``<state>0``, shaped like a parameter."""
+    return [ArgSpec(h0_name(s), False, rec.vector) for s in rec.states]
 
 
 def _as_recurrence(rec: Recurrence | AffineForm | str) -> tuple[Recurrence, AffineForm]:
@@ -56,8 +58,8 @@ def _as_recurrence(rec: Recurrence | AffineForm | str) -> tuple[Recurrence, Affi
 def _split_h0(rec: Recurrence, arrays: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     data = dict(arrays)
     h0 = {}
-    for spec in h0_specs(rec):
-        if spec.name in data and spec.name not in rec.inputs + rec.params:
+    for spec in h0_specs(rec):  # the front end refuses any other name spelled so
+        if spec.name in data:
             h0[spec.name] = data.pop(spec.name)
     return data, h0
 
@@ -66,9 +68,13 @@ def _results(rec: Recurrence, out: dict[str, np.ndarray]) -> np.ndarray | dict[s
     return next(iter(out.values())) if len(out) == 1 else out
 
 
-def reference(rec: Recurrence | AffineForm | str, L: int | None = None, **arrays: Any
+def reference(rec: Recurrence | AffineForm | str, /, L: int | None = None, **arrays: Any
               ) -> np.ndarray | dict[str, np.ndarray]:
-    """Float64 sequential ground truth of the recurrence over the given arrays."""
+    """Float64 sequential ground truth of the recurrence over the given arrays.
+
+    ``rec`` is positional only, so that an array may be called ``rec``; a parameter or an
+    initial state may be a number (``gamma=0.9``).
+    """
     rec, form = _as_recurrence(rec)
     data, h0 = _split_h0(rec, arrays)
     specs = arg_specs(rec)
@@ -82,7 +88,7 @@ def reference(rec: Recurrence | AffineForm | str, L: int | None = None, **arrays
     b = np.moveaxis(b.reshape(M, S, length), -1, 1)  # (M, L, S)
     init = np.zeros((M, S))
     for s in rec.states:
-        name = f"{s}0"
+        name = h0_name(s)
         if name in h0:
             v, _, _, _ = canonical_views([ArgSpec(name, False, rec.vector)], {name: h0[name]}, L=1)
             try:
@@ -180,7 +186,7 @@ _NP_FUNCS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def interpret(rec: Recurrence | str, L: int | None = None, **arrays: Any
+def interpret(rec: Recurrence | str, /, L: int | None = None, **arrays: Any
               ) -> np.ndarray | dict[str, np.ndarray]:
     """Evaluate the statements step by step in float64 (slow; for checking the compiler)."""
     if isinstance(rec, str):
@@ -192,10 +198,10 @@ def interpret(rec: Recurrence | str, L: int | None = None, **arrays: Any
     history: dict[str, list[np.ndarray]] = {}
     for s in rec.states:
         start = np.zeros(full)
-        if f"{s}0" in h0:
-            v, _, _, _ = canonical_views([ArgSpec(f"{s}0", False, rec.vector)],
-                                         {f"{s}0": h0[f"{s}0"]}, L=1)
-            start = np.broadcast_to(v[f"{s}0"][..., 0], full).astype(np.float64)
+        key = h0_name(s)
+        if key in h0:
+            v, _, _, _ = canonical_views([ArgSpec(key, False, rec.vector)], {key: h0[key]}, L=1)
+            start = np.broadcast_to(v[key][..., 0], full).astype(np.float64)
         history[s] = [np.zeros(full)] * (rec.order[s] - 1) + [start]
     outs: dict[str, list[np.ndarray]] = {n: [] for n in rec.states + rec.readouts}
 

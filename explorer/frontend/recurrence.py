@@ -714,7 +714,7 @@ class _Parser:
                 if r.name not in inputs:
                     inputs.append(r.name)
 
-        self.check_initial_keywords(states, defined, refs)
+        self.check_initial_keywords(states, defined, refs, inputs)
         for s in statements:
             self.check_sums(s, vector, s.target in readouts)
             if s.target in order:
@@ -723,7 +723,7 @@ class _Parser:
                           tuple(params), frozenset(lane_names), vector, order, name)
 
     def check_initial_keywords(self, states: tuple[str, ...], defined: dict[str, Statement],
-                               refs: list[tuple[Statement, Ref]]) -> None:
+                               refs: list[tuple[Statement, Ref]], inputs: list[str]) -> None:
         """``<state>0=`` gives the initial state of each state (a keyword of every call and a
         kernel argument): no other name may be spelled so, and it may not be reserved."""
         first_use: dict[str, Span] = {}
@@ -740,7 +740,7 @@ class _Parser:
                                  f"'{key}' is reserved: {why}; rename {state}", where)
             if key in first_use:
                 role = ("a state" if key in states else "a readout" if key in defined
-                        else "a name read by the recurrence")
+                        else "an input" if key in inputs else "a parameter")
                 raise self.error(f"{key} is {role}, but {key} is also the keyword of the initial "
                                  f"state of {state} ({key}=... gives {state}[-1]); rename {key} "
                                  f"or {state}", first_use[key])

@@ -298,18 +298,24 @@ def _check_folded(rec: Recurrence, name: str, exprs: list[sympy.Expr]) -> None:
     st = rec.statement(name)
     what = "update" if name in rec.states else "readout"
     for e in exprs:
-        bad = next((a for a in _NOT_REAL if e.has(a)), None)
-        if bad is not None:
-            raise RecurrenceError(f"the {what} of {name} is not a finite real number: its "
-                                  f"constants fold to {sympy.sstr(bad)} (in "
-                                  f"{_short(e)})", rec.text, st.span.line, st.span.col,
+        if any(e.has(a) for a in _NOT_REAL):
+            raise RecurrenceError(f"the {what} of {name} is not a finite real number once its "
+                                  f"constants are folded: {_short(e)} (zoo is 1/0, I is "
+                                  "sqrt(-1))", rec.text, st.span.line, st.span.col,
                                   st.span.length)
         for n in e.atoms(sympy.Number):
             if abs(n) > MAX_CONSTANT:
                 raise RecurrenceError(f"the {what} of {name} folds its constants into "
-                                      f"{sympy.Float(n, 3)}, beyond float32's range (|x| <= "
+                                      f"{_magnitude(n)}, beyond float32's range (|x| <= "
                                       f"{MAX_CONSTANT:.4g})", rec.text, st.span.line, st.span.col,
                                       st.span.length)
+
+
+def _magnitude(n: sympy.Number) -> str:
+    try:
+        return f"{float(n):.3g}"
+    except OverflowError:
+        return sympy.sstr(sympy.Float(n, 3))
 
 
 def _short(e: sympy.Expr, limit: int = 80) -> str:

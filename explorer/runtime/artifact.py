@@ -59,13 +59,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# the argument names are owned by the front end, which refuses them as names of a recurrence;
+# TIME_CHUNK is the size argument chosen per call by the chunk rule
+from explorer.frontend.names import SIZE_NAMES as FRONTEND_SIZE_NAMES
+from explorer.frontend.names import TIME_CHUNK
+
 FORMAT = "scanweaver-artifact/1"
 MANIFEST = "manifest.json"
 DEFAULT_PTX = "kernel.ptx"
 
 ROLES = ("input", "param", "h0", "output", "size", "workspace")
 ARG_DTYPES = ("float32", "int64")
-SIZE_NAMES = ("C", "N", "L", "time_chunk")
+SIZE_NAMES = (*FRONTEND_SIZE_NAMES, TIME_CHUNK)
 #: largest manifest read (the selective scan's is about 7 KB)
 MANIFEST_LIMIT = 2 * 1024 * 1024
 #: largest PTX file read (the selective scan's is about 60 KB)
@@ -78,8 +83,6 @@ MAX_DEPTH = 32
 #: a PTX file name: a plain name in the artifact directory, no path, no leading dot
 PTX_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\.ptx")
 _HASH = re.compile(r"[0-9a-f]{64}")
-#: the size argument chosen per call by the chunk rule
-TIME_CHUNK = "time_chunk"
 
 
 @dataclass(frozen=True)

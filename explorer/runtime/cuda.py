@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import LaunchError, RecurrenceError
+from explorer.frontend.names import h0_name
 from explorer.runtime.artifact import (
     ArgInfo,
     Artifact,
@@ -43,7 +44,14 @@ from explorer.runtime.artifact import (
     load_artifact,
     size_values,
 )
-from explorer.runtime.shapes import ArgSpec, marshal, resolve
+from explorer.runtime.shapes import (
+    ArgSpec,
+    as_array,
+    check_dtype,
+    check_float32_range,
+    marshal,
+    resolve,
+)
 
 #: CUDA's limit on gridDim.x
 MAX_GRID_X = 2**31 - 1
@@ -126,14 +134,12 @@ def _result_kind(arrays: Mapping[str, Any]) -> tuple[str, Any]:
 
 def check_array_dtype(name: str, x: Any, cast: bool) -> None:
     """Refuse, before anything is copied or launched, an array the kernel cannot take."""
-    if isinstance(x, (bool, np.bool_)):
-        raise RecurrenceError(f"{name} is a bool; give float32 numbers")
-    if isinstance(x, (int, float, np.integer, np.floating)):
-        return  # Python/NumPy scalars become float32 parameters
-    dtype = getattr(x, "dtype", None)
-    if dtype is None:
-        raise RecurrenceError(f"{name} must be an array (NumPy, CuPy or a torch tensor), "
-                              f"got {type(x).__name__}")
+    if isinstance(x, np.generic) or not hasattr(x, "dtype"):
+        # a number (Python, NumPy) becomes a float32 parameter; the shared rule of the shapes
+        # refuses bools, complex numbers, text, None and what is neither number nor array
+        check_dtype(name, as_array(name, x))
+        return
+    dtype = x.dtype
     text = str(dtype).replace("torch.", "")
     if text == "float32":
         return
@@ -147,19 +153,26 @@ def check_array_dtype(name: str, x: Any, cast: bool) -> None:
 def _to_cupy(name: str, x: Any, cast: bool) -> Any:
     cp = _cupy()
     kind = array_kind(x)
+    # a float64 value beyond float32's range is refused before the cast (it would become inf)
     if kind == "torch":
         if x.requires_grad:
             x = x.detach()
         if not x.is_cuda:
             x = x.numpy()
+            check_float32_range(name, x)
         else:
-            if cast and x.dtype != _torch_float32():
-                x = x.float()
             with cp.cuda.Device(x.device.index):
+                if cast and x.dtype != _torch_float32():
+                    if str(x.dtype) == "torch.float64":
+                        check_float32_range(name, cp.from_dlpack(x), cp)
+                    x = x.float()
                 return cp.from_dlpack(x)
     if kind == "cupy":
-        return x if not cast else x.astype(cp.float32, copy=False)
-    arr = np.asarray(x)
+        if not cast:
+            return x
+        check_float32_range(name, x, cp)
+        return x.astype(cp.float32, copy=False)
+    arr = np.asarray(as_array(name, x))   # a Python or NumPy number: a 0-d array
     if cast:
         arr = arr.astype(np.float32, copy=False)
     return cp.asarray(arr, dtype=cp.float32)
@@ -342,7 +355,7 @@ class CudaKernel:
         self.h0_args = h0
         # the keyword a caller uses for each initial state: ``<state>0`` (``h0`` for ``h``);
         # the manifest may name the argument after the state (``h``) or the keyword (``h0``)
-        self.h0_keyword = {name: (f"{name}0" if name in outputs else name) for name in h0}
+        self.h0_keyword = {name: (h0_name(name) if name in outputs else name) for name in h0}
         order = list(artifact.outputs) or list(outputs)
         self.output_names = tuple(o for o in order if o in outputs)
         self.output_args = outputs
@@ -371,13 +384,13 @@ class CudaKernel:
         return (f"CudaKernel({self.artifact.describe()}, inputs={list(self.input_names)}, "
                 f"outputs={list(self.output_names)})")
 
-    def __call__(self, L: int | None = None, **arrays: Any) -> Any:
+    def __call__(self, /, L: int | None = None, **arrays: Any) -> Any:
         """Run once: ``kernel(a=a, b=b)``; ``L`` only when no input is indexed by time."""
         run = self.prepare(L=L, **arrays)
         run.launch()
         return run.result()
 
-    def prepare(self, stream: Any = None, L: int | None = None, time_chunk: int | None = None,
+    def prepare(self, /, stream: Any = None, L: int | None = None, time_chunk: int | None = None,
                 **arrays: Any) -> Launch:
         """Check, marshal and bind the arrays; allocate the outputs.  Launches nothing.
 
@@ -402,7 +415,7 @@ class CudaKernel:
         run.device = device
         return run
 
-    def check(self, L: int | None = None, **arrays: Any) -> list[ArgSpec]:
+    def check(self, /, L: int | None = None, **arrays: Any) -> list[ArgSpec]:
         """Names, dtypes and shapes (on the host, no copy); the specs to marshal with."""
         known = set(self.input_names) | set(self.h0_names)
         extra = sorted(set(arrays) - known)
@@ -418,6 +431,8 @@ class CudaKernel:
                                   f"{', '.join(missing)}")
         for name, value in arrays.items():
             check_array_dtype(name, value, self.cast)
+            if array_kind(value) == "numpy":  # values on the host: their range, before any copy
+                check_float32_range(name, np.asarray(as_array(name, value)))
         # the spec list: inputs/params, then the initial states that were given
         specs = list(self.specs)
         for state, info in self.h0_args.items():
@@ -575,7 +590,7 @@ class _ShapeOnly:
             self.dtype = np.dtype(np.float32) if text == "bfloat16" else np.dtype(text)
 
 
-def run_artifact(path: str | os.PathLike[str] | Artifact, **arrays: Any) -> Any:
+def run_artifact(path: str | os.PathLike[str] | Artifact, /, **arrays: Any) -> Any:
     """Load an artifact and run it once: ``run_artifact("out/", a=a, b=b)``."""
     return CudaKernel.from_artifact(path)(**arrays)
 

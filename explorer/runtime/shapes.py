@@ -4,6 +4,12 @@ Time is the last axis.  An input indexed by time is ``(..., L)``, or ``(..., N, 
 indexed by the state axis n; a parameter is ``(...)``, or ``(..., N)``.  The batch dimensions
 ``...`` of all arrays broadcast NumPy-style; the broadcast batch is flattened into ``C`` channels,
 so kernels see contiguous ``(C, L)``, ``(C, N, L)``, ``(C,)`` and ``(C, N)`` arrays.
+
+A parameter or an initial state may also be a number: a Python ``int``/``float``, a NumPy scalar
+or a 0-d array (``gamma=0.9``); it broadcasts over the batch and, for ``A[n]``, over the state
+axis.  Booleans, text, complex numbers and ``None`` are refused (:func:`as_array`), and so is a
+value the float32 kernels cannot hold: a float64 number beyond float32's range would silently
+become inf (:func:`check_float32_range`).
 """
 
 from __future__ import annotations
@@ -45,8 +51,66 @@ class Marshalled:
         return out.reshape((*self.batch, self.N, self.L) if lane else (*self.batch, self.L))
 
 
+#: float32's largest finite value: the kernels compute in float32
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def as_array(name: str, value: Any) -> Any:
+    """An array as given; a Python or NumPy number as a 0-d NumPy array; anything else refused.
+
+    The one place that decides what a value may be, for the reference, the CPU runner and the
+    CUDA launcher alike.
+    """
+    if isinstance(value, bool | np.bool_):
+        raise RecurrenceError(f"{name} is a bool ({value}); give a number or an array of real "
+                              "numbers")
+    if isinstance(value, complex | np.complexfloating):
+        raise RecurrenceError(f"{name} is complex ({value}); give a real number or an array of "
+                              "real numbers")
+    if isinstance(value, str | bytes):
+        raise RecurrenceError(f"{name} is text ({value!r:.40}); give a number or an array of "
+                              "real numbers")
+    if value is None:
+        raise RecurrenceError(f"{name} is None; give a number or an array of real numbers")
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, int | float):
+        try:
+            number = float(value)
+        except OverflowError:
+            digits = int(int(value).bit_length() * 0.30103)
+            raise RecurrenceError(f"{name} is an integer too large for a float (about 10**"
+                                  f"{digits})") from None
+        return np.asarray(number, dtype=np.float64)
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise RecurrenceError(f"{name} must be an array or a real number, got "
+                              f"{type(value).__name__}")
+    return value
+
+
+def check_float32_range(name: str, arr: Any, xp: Any = np) -> None:
+    """Refuse finite values beyond float32's range: cast for the kernels they would become inf.
+
+    Only wider floats can hold them (float64 arrays and Python floats); ``inf`` itself passes.
+    """
+    dtype = np.dtype(arr.dtype)
+    if dtype.kind != "f" or dtype.itemsize <= 4:
+        return
+    magnitude = xp.abs(arr)
+    big = (magnitude > FLOAT32_MAX) & xp.isfinite(magnitude)
+    if bool(big.any()):
+        worst = float(xp.where(big, magnitude, 0).max())
+        raise RecurrenceError(f"{name} holds {worst:.3g}, beyond float32's range (|x| <= "
+                              f"{FLOAT32_MAX:.4g}): the kernels compute in float32, where it "
+                              "would become inf; scale it (explorer.reference computes in "
+                              "float64)")
+
+
 def _shape_parts(spec: ArgSpec, shape: tuple[int, ...]) -> tuple[tuple[int, ...], int | None,
                                                                   int | None]:
+    """(batch, N, L) of a value; N is None for a number given for ``A[n]`` (it broadcasts)."""
+    if spec.lane and not spec.timed and shape == ():
+        return (), None, None
     need = int(spec.timed) + int(spec.lane)
     if len(shape) < need:
         raise RecurrenceError(f"{spec.name} must have shape {spec.describe()}, got {shape}")
@@ -54,6 +118,15 @@ def _shape_parts(spec: ArgSpec, shape: tuple[int, ...]) -> tuple[tuple[int, ...]
     L = rest.pop() if spec.timed else None
     N = rest.pop() if spec.lane else None
     return tuple(rest), N, L
+
+
+def _full_shape(spec: ArgSpec, shape: tuple[int, ...], batch: tuple[int, ...]
+                ) -> tuple[int, ...]:
+    """The shape of a value with the batch axes it lacks (and a number's lane axis) as 1s."""
+    if spec.lane and not spec.timed and shape == ():
+        shape = (1,)
+    b, _, _ = _shape_parts(spec, shape)
+    return (1,) * (len(batch) - len(b)) + shape
 
 
 def check_dtype(name: str, arr: Any) -> None:
@@ -78,9 +151,10 @@ def resolve(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], L: int | None =
     Ns: dict[str, int] = {}
     Ls: dict[str, int] = {}
     for s in specs:
-        arr = arrays[s.name]
-        if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
-            raise RecurrenceError(f"{s.name} must be an array, got {type(arr).__name__}")
+        arr = as_array(s.name, arrays[s.name])
+        if s.timed and tuple(arr.shape) == ():
+            raise RecurrenceError(f"{s.name} is read as {s.name}[t]: give an array with time as "
+                                  f"the last axis {s.describe()}, not a number")
         check_dtype(s.name, arr)
         b, n, length = _shape_parts(s, tuple(arr.shape))
         batches.append(b)
@@ -119,11 +193,12 @@ def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
     C = math.prod(batch)
     out = Marshalled(C, N if vector else 1, length, batch)
     for s in specs:
-        arr = xp.asarray(arrays[s.name])
-        b, _, _ = _shape_parts(s, tuple(arr.shape))
+        arr = xp.asarray(as_array(s.name, arrays[s.name]))
+        if np.dtype(dtype) == np.float32:
+            check_float32_range(s.name, arr, xp)
         # insert the batch axes this array lacks, then broadcast to the full canonical shape
         tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
-        arr = arr.reshape((1,) * (len(batch) - len(b)) + tuple(arr.shape))
+        arr = arr.reshape(_full_shape(s, tuple(arr.shape), batch))
         full = xp.broadcast_to(arr, batch + tail)
         flat = (C, *tail)
         out.arrays[s.name] = xp.ascontiguousarray(full.reshape(flat) if full.size else
@@ -138,13 +213,13 @@ def canonical_views(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], L: int 
     batch, N, length = resolve(specs, arrays, L)
     views: dict[str, np.ndarray] = {}
     for s in specs:
-        arr = np.asarray(arrays[s.name], dtype=dtype)
-        b, _, _ = _shape_parts(s, arr.shape)
-        shape = list(arr.shape)
+        arr = np.asarray(as_array(s.name, arrays[s.name]), dtype=dtype)
+        if np.dtype(dtype) == np.float32:
+            check_float32_range(s.name, np.asarray(as_array(s.name, arrays[s.name])))
+        shape = list(_full_shape(s, tuple(arr.shape), batch))
         if not s.timed:
             shape.append(1)
         if not s.lane:
             shape.insert(len(shape) - 1, 1)
-        arr = arr.reshape((1,) * (len(batch) - len(b)) + tuple(shape))
-        views[s.name] = arr
+        views[s.name] = arr.reshape(tuple(shape))
     return views, batch, N, length

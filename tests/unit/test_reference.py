@@ -98,5 +98,13 @@ def test_bad_arrays_raise_clear_errors(arrays, words):
 
 
 def test_vector_state_needs_lane_axis():
-    with pytest.raises(ex.RecurrenceError, match="must have shape"):
-        ex.reference("h[t, n] = A[n] * h[t-1, n] + x[t]", A=np.ones(()), x=np.ones(4))
+    with pytest.raises(ex.RecurrenceError, match=r"B must have shape \(\.\.\., N, L\), got \(4,\)"):
+        ex.reference("h[t, n] = A[n] * h[t-1, n] + B[t, n]", A=np.ones(3), B=np.ones(4))
+
+
+def test_a_number_for_a_lane_parameter_broadcasts_over_the_lanes():
+    B = np.random.default_rng(7).normal(size=(2, 3, 6))
+    text = "h[t, n] = A[n] * h[t-1, n] + B[t, n]"
+    got = ex.reference(text, A=0.5, B=B)
+    np.testing.assert_allclose(got, ex.reference(text, A=np.full(3, 0.5), B=B), rtol=1e-12)
+    assert got.shape == (2, 3, 6)
