@@ -52,6 +52,12 @@ describe('MLIR', () => {
     expect(tagOf(tokens, 'kernel')).toBe('modifier');
   });
 
+  it('tags operations printed in generic form', () => {
+    const generic = tagged('"scan.affine"() {form = "scalar"} : () -> ()', mlir);
+    expect(generic[0]).toEqual(['"scan.affine"', 'keyword']);
+    expect(generic).toContainEqual(['"scalar"', 'string']);
+  });
+
   it('splits shapes into dimensions and an element type', () => {
     const shape = tagged('memref<4x?xf32>', mlir);
     expect(shape).toContainEqual(['memref', 'typeName']);

@@ -62,7 +62,7 @@ export function findLanguage(name: string): LanguageSpec | undefined {
 function extraStyle(language: StreamLanguage<unknown>): HighlightStyle {
   return HighlightStyle.define(
     [
-      { tag: tags.typeName, color: 'var(--jp-mirror-editor-builtin-color, #008000)' },
+      { tag: tags.typeName, color: 'var(--jp-mirror-editor-variable-3-color, #085)' },
       { tag: tags.modifier, color: 'var(--jp-mirror-editor-attribute-color, #00c)' }
     ],
     { scope: language }

@@ -47,6 +47,10 @@ export const mlir: StreamParser<null> = {
     if (/[\d?]/.test(previous) && stream.eat('x')) {
       return 'punctuation';
     }
+    // an operation in generic form: "scan.recurrence"() {...}
+    if (stream.match(/^"[a-z_]\w*(?:\.\w+)+"(?=\s*\()/)) {
+      return 'keyword';
+    }
     // dialect.op, as in arith.addf, gpu.launch_func, memref.load
     if (stream.match(/^[a-z_]\w*(?:\.\w+)+/)) {
       return 'keyword';

@@ -1,0 +1,339 @@
+"""The JupyterLab extension (extensions/scanweaver) in a real JupyterLab and headless Chromium.
+
+JupyterLab loads the extension as pip installed it from the wheel (``share/jupyter/labextensions``
+of this environment); where the environment predates it, the folder the extension build wrote is
+served through ``JUPYTER_PATH`` instead (never a development link). The test root holds a
+``.mlir`` and a ``.ptx`` file written by a real compile, and a notebook whose only output is the
+saved explorer bundle (with measurements of a short CPU sweep); the server has no kernel to
+start, as on a machine without the notebook's kernel. Checks: both files open in the editor with
+highlighted tokens; the notebook, opened with no kernel, shows the stages, steps
+through the passes with diffs, and draws the scan tree and the timing plot. Screenshots go to
+``test-output/browser/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import _free_port, _wait_for_server
+
+pytestmark = pytest.mark.timeout(600)
+
+REPO = Path(__file__).resolve().parents[2]
+EXTENSION = "scanweaver-explorer"
+BUILT = REPO / "extensions" / "scanweaver" / "labextension"
+NOTEBOOK = "saved-explorer.ipynb"
+
+
+def _installed_extension() -> Path | None:
+    """The extension pip installed into this environment, if it did."""
+    data = Path(sysconfig.get_path("data"))
+    folder = data / "share" / "jupyter" / "labextensions" / EXTENSION
+    return folder if (folder / "package.json").exists() else None
+
+
+def _write_notebook(path: Path, bundle: dict[str, Any]) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell("The explorer's output, saved; no kernel is needed."),
+        nbformat.v4.new_code_cell(
+            "import explorer as ex\nex.Explorer('h[t] = a[t] * h[t-1] + b[t]')",
+            outputs=[nbformat.v4.new_output("display_data", data=bundle)],
+            execution_count=1),
+    ]
+    notebook.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    }
+    nbformat.write(notebook, str(path))
+
+
+@pytest.fixture(scope="module")
+def lab_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a real compile's MLIR and PTX, and a notebook holding its saved output."""
+    pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
+    import explorer as ex
+    from explorer.widget.bundle import mime_bundle
+    from explorer.widget.run import cpu_sweep
+
+    root = tmp_path_factory.mktemp("extension-root")
+    compiled = ex.compile(ex.PRESETS["affine scan"])
+    # the IR halfway down the pass pipeline: gpu, scf, arith and memref ops
+    (root / "scan.mlir").write_text(compiled.passes[len(compiled.passes) // 2].ir)
+    (root / "scan.ptx").write_text(compiled.stages["ptx"].text)
+    cpu = ex.compile(ex.PRESETS["affine scan"], target="cpu")
+    measurements = list(cpu_sweep(cpu, ex.reference, [256, 1024, 4096, 16384], 64, 1,
+                                  threading.Event()))
+    _write_notebook(root / NOTEBOOK, mime_bundle(compiled, measurements))
+    return root
+
+
+@pytest.fixture(scope="module")
+def extension_lab(lab_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A JupyterLab serving ``lab_root`` with the extension loaded."""
+    if shutil.which("jupyter") is None:
+        pytest.skip("JupyterLab is not installed (the 'jupyter' command is missing)")
+    env = dict(os.environ)
+    if _installed_extension() is None:
+        if not (BUILT / "package.json").exists():
+            pytest.skip("the extension is neither installed nor built (pip install -e . builds it)")
+        data = tmp_path_factory.mktemp("jupyter-data")
+        shutil.copytree(BUILT, data / "labextensions" / EXTENSION)
+        env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(data), env.get("JUPYTER_PATH")]))
+    settings = tmp_path_factory.mktemp("ext-settings")
+    notification = settings / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    (notification / "notification.jupyterlab-settings").write_text(
+        json.dumps({"checkForUpdates": False, "fetchNews": "false"}))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
+    env["JUPYTERLAB_WORKSPACES_DIR"] = str(tmp_path_factory.mktemp("ext-workspaces"))
+    listing = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    listed = [line for line in (listing.stdout + listing.stderr).splitlines()
+              if EXTENSION in line]
+    assert listed and "enabled" in listed[0] and "OK" in listed[0], listing.stdout + listing.stderr
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("ext-log") / "jupyterlab.log", "wb")  # noqa: SIM115
+    command = [
+        sys.executable, "-m", "jupyter", "lab", "--allow-root", "--ip", "127.0.0.1",
+        f"--port={port}", "--ServerApp.token=", "--ServerApp.password=", "--no-browser",
+        f"--ServerApp.root_dir={lab_root}", "--LabApp.expose_app_in_browser=True",
+        "--ServerApp.port_retries=0",
+        # as on a machine without the notebook's kernel: no kernel can start
+        "--KernelSpecManager.allowed_kernelspecs=no-kernel-here",
+    ]
+    process = subprocess.Popen(command, cwd=lab_root, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        _wait_for_server(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1300})
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+# -- highlighted files -----------------------------------------------------------------------
+TOKEN_STYLES_JS = """
+() => {
+  const spans = [...document.querySelectorAll('.jp-FileEditor .cm-content .cm-line span')];
+  return spans.slice(0, 4000).map((s) => {
+    const style = getComputedStyle(s);
+    return [s.textContent, style.color, style.fontWeight];
+  });
+}
+"""
+
+
+def _open_file(page: Any, url: str, name: str) -> list[tuple[str, str, str]]:
+    page.goto(url + f"lab/tree/{name}?reset", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-FileEditor .cm-content .cm-line", timeout=120_000)
+    # the language loads asynchronously: wait until tokens carry their classes
+    page.wait_for_function(
+        "document.querySelectorAll('.jp-FileEditor .cm-content .cm-line span').length > 20",
+        timeout=60_000)
+    page.wait_for_timeout(500)
+    return [tuple(t) for t in page.evaluate(TOKEN_STYLES_JS)]
+
+
+def _first(tokens: list[tuple[str, str, str]], pattern: str) -> tuple[str, str]:
+    for piece, color, weight in tokens:
+        if re.fullmatch(pattern, piece.strip()):
+            return color, weight
+    raise AssertionError(f"no token like {pattern!r} among {sorted({t[0] for t in tokens})[:60]}")
+
+
+def _style_of(tokens: list[tuple[str, str, str]], text: str) -> tuple[str, str]:
+    for piece, color, weight in tokens:
+        if piece.strip() == text:
+            return color, weight
+    raise AssertionError(f"no token {text!r} among {sorted({t[0] for t in tokens})[:60]}")
+
+
+def test_mlir_file_opens_highlighted(extension_lab: str, page: Any, output_dir: Path) -> None:
+    tokens = _open_file(page, extension_lab, "scan.mlir")
+    colors = {color for _, color, _ in tokens}
+    assert len(colors) >= 4, colors
+    op_color, op_weight = _first(tokens, r"[a-z_]+\.[a-z_.]+")  # an operation: arith.addf
+    value_color, _ = _first(tokens, r"%[\w.$-]+")  # an SSA value
+    type_color, _ = _first(tokens, r"i\d+|f32|index")
+    assert int(op_weight) >= 600  # operations are keywords: bold
+    assert len({op_color, value_color, type_color}) == 3
+    language = page.locator(".jp-StatusBar-Widget", has_text="MLIR")
+    assert language.count() >= 1
+    page.screenshot(path=str(output_dir / "30-mlir-file.png"))
+
+
+def test_ptx_file_opens_highlighted(extension_lab: str, page: Any, output_dir: Path) -> None:
+    tokens = _open_file(page, extension_lab, "scan.ptx")
+    directive, _ = _style_of(tokens, ".version")
+    instruction_weight = next(weight for piece, _, weight in tokens
+                              if piece.startswith("ld.param"))
+    register, _ = next((color, w) for piece, color, w in tokens if piece.startswith("%rd"))
+    comment = next(color for piece, color, _ in tokens if piece.startswith("//"))
+    assert int(instruction_weight) >= 600
+    assert len({directive, register, comment}) == 3
+    assert page.locator(".jp-StatusBar-Widget", has_text="PTX").count() >= 1
+    page.screenshot(path=str(output_dir / "31-ptx-file.png"))
+
+
+# -- the saved notebook, no kernel --------------------------------------------------------------
+def _dismiss_kernel_dialog(page: Any) -> None:
+    """JupyterLab asks for a kernel when the notebook's is missing: answer 'No Kernel'."""
+    dialog = page.locator(".jp-Dialog")
+    try:
+        dialog.wait_for(timeout=15_000)
+    except Exception:  # noqa: BLE001 - no dialog: nothing to answer
+        return
+    no_kernel = dialog.locator("button", has_text="No Kernel")
+    if no_kernel.count():
+        no_kernel.first.click()
+    else:
+        select = dialog.locator("select")
+        if select.count():
+            select.first.select_option(label="No Kernel")
+            dialog.locator("button.jp-mod-accept").first.click()
+        else:
+            page.keyboard.press("Escape")
+    dialog.wait_for(state="detached", timeout=15_000)
+
+
+def _kernels(url: str) -> list[Any]:
+    with urllib.request.urlopen(url + "api/kernels", timeout=10) as response:
+        return list(json.load(response))
+
+
+def _tab(page: Any, title: str) -> Any:
+    page.locator(f".sw-compile .sw-tab[data-tab='{title}']").click()
+    return page.locator(f".sw-compile .sw-panel[data-tab='{title}']")
+
+
+def test_saved_notebook_renders_without_a_kernel(extension_lab: str, page: Any,
+                                                 output_dir: Path) -> None:
+    page.goto(extension_lab + f"lab/tree/{NOTEBOOK}?reset", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook", timeout=120_000)
+    _dismiss_kernel_dialog(page)
+    view = page.locator(".sw-compile")
+    view.wait_for(timeout=60_000)
+    assert _kernels(extension_lab) == []
+    tabs = [t.strip() for t in page.locator(".sw-compile .sw-tab").all_inner_texts()]
+    assert tabs[:3] == ["Recurrence", "Affine", "Scan tree"], tabs
+    assert {"MLIR", "LLVM IR", "PTX", "Timing"} <= set(tabs), tabs
+    recurrence = page.locator(".sw-compile .sw-header .sw-code")
+    assert "h[t] = a[t] * h[t-1] + b[t]" in recurrence.inner_text()
+    assert recurrence.locator(".sw-t-variableName-definition").count() >= 1
+    graph = _tab(page, "Recurrence").locator("img.sw-graph")
+    graph.wait_for(timeout=30_000)
+    assert page.evaluate("(img) => img.naturalWidth", graph.element_handle()) > 0
+    view.screenshot(path=str(output_dir / "32-saved-recurrence.png"))
+
+    tree = _tab(page, "Scan tree").locator("img.sw-graph")
+    tree.wait_for(timeout=30_000)
+    assert page.evaluate("(img) => img.naturalWidth", tree.element_handle()) > 100
+    view.screenshot(path=str(output_dir / "33-saved-scan-tree.png"))
+
+    ptx = _tab(page, "PTX")
+    assert ".entry" in ptx.locator(".sw-code").inner_text()
+    assert ptx.locator(".sw-badge", has_text="registers").count() == 1
+    assert ptx.locator(".sw-t-keyword").count() > 10
+    assert _kernels(extension_lab) == []
+
+
+def test_stepping_passes_with_diffs(extension_lab: str, page: Any, output_dir: Path) -> None:
+    page.goto(extension_lab + f"lab/tree/{NOTEBOOK}?reset", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook", timeout=120_000)
+    _dismiss_kernel_dialog(page)
+    page.locator(".sw-compile").wait_for(timeout=60_000)
+    panel = _tab(page, "MLIR")
+    info = panel.locator(".sw-pass-info")
+    code = panel.locator(".sw-pass-code")
+    assert "start from" in info.inner_text()
+    assert panel.locator(".sw-pass-prev").is_disabled()
+    start = code.inner_text()
+    count = panel.locator(".sw-pass-select option").count() - 1
+    assert count >= 5
+    panel.locator(".sw-pass-next").click()
+    assert info.inner_text().startswith(f"pass 1 of {count}:")
+    panel.locator(".sw-mode[data-mode='diff']").click()
+    # step until a pass that changed the IR, and see its diff
+    for _ in range(count):
+        if code.locator(".sw-diff-add, .sw-diff-del").count():
+            break
+        panel.locator(".sw-pass-next").click()
+    assert code.locator(".sw-diff-hunk").count() >= 1
+    assert code.locator(".sw-diff-add, .sw-diff-del").count() >= 1
+    page.locator(".sw-compile").screenshot(path=str(output_dir / "34-saved-pass-diff.png"))
+    panel.locator(".sw-mode[data-mode='ir']").click()
+    assert code.locator(".sw-t-keyword").count() >= 1  # operations, generic form or custom
+    assert code.inner_text() != start
+    # the last pass, then back with prev
+    panel.locator(".sw-pass-select").select_option(str(count - 1))
+    assert panel.locator(".sw-pass-next").is_disabled()
+    assert info.inner_text().startswith(f"pass {count} of {count}:")
+    assert code.locator(".sw-t-keyword").count() > 10
+    assert code.locator(".sw-t-variableName-special").count() > 10  # SSA values
+    panel.locator(".sw-pass-prev").click()
+    assert info.inner_text().startswith(f"pass {count - 1} of {count}:")
+    page.locator(".sw-compile").screenshot(path=str(output_dir / "35-saved-pass-ir.png"))
+
+
+def test_timing_plot(extension_lab: str, page: Any, output_dir: Path) -> None:
+    page.goto(extension_lab + f"lab/tree/{NOTEBOOK}?reset", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook", timeout=120_000)
+    _dismiss_kernel_dialog(page)
+    page.locator(".sw-compile").wait_for(timeout=60_000)
+    panel = _tab(page, "Timing")
+    plot = panel.locator("img.sw-graph")
+    plot.wait_for(timeout=30_000)
+    assert page.evaluate("(img) => img.naturalWidth", plot.element_handle()) >= 600
+    assert "measurements on cpu" in panel.inner_text()
+    assert panel.locator("table.sw-pass-times tr").count() > 5
+    plot.scroll_into_view_if_needed()
+    page.locator(".sw-compile").screenshot(path=str(output_dir / "36-saved-timing.png"))
+    assert _kernels(extension_lab) == []
+
+
+def test_snapshot_file_opens_in_a_browser(lab_root: Path, page: Any, output_dir: Path,
+                                          tmp_path: Path) -> None:
+    """The HTML snapshot alone, from disk: stages, pass diffs and the plot, no server."""
+    import explorer as ex
+    from explorer.widget.bundle import snapshot
+
+    compiled = ex.compile(ex.PRESETS["affine scan"])
+    path = snapshot(compiled, tmp_path / "scan.html", [
+        {"name": "compiled blelloch", "length": 2 ** k, "channels": 64, "seconds": 1e-6 * k,
+         "bytes": 12 * 64 * 2 ** k, "device": "cuda"} for k in range(8, 16)])
+    page.goto(path.as_uri())
+    page.wait_for_selector(".sw-report h2")
+    assert page.locator(".sw-report details").count() > 10
+    assert page.locator(".sw-report polyline").count() == 1
+    page.locator(".sw-report details").nth(3).locator("summary").click()
+    page.screenshot(path=str(output_dir / "37-snapshot.png"), full_page=False)
