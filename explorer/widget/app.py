@@ -310,3 +310,26 @@ class Explorer(widgets.VBox):
     def show_tab(self, title: str) -> None:
         """Open the tab called ``title`` (one of :attr:`TAB_TITLES`)."""
         self.tabs.selected_index = self.TAB_TITLES.index(title)
+
+    def snapshot(self, path: Any) -> Any:
+        """Write the last good compile (every stage, each pass's diff, the pictures, the last
+        sweep's timings) to one self-contained HTML file; returns its path."""
+        from explorer.widget.bundle import snapshot
+
+        if self.compiled is None:
+            raise ValueError("nothing is compiled yet: the recurrence in the box has an error")
+        return snapshot(self.compiled, path, self.run.measurements or None)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The live widget, plus the compile as saved output (explorer.widget.bundle) that the
+        JupyterLab extension draws without a kernel, and HTML for GitHub and nbviewer."""
+        data = super()._repr_mimebundle_(**kwargs)
+        if self.compiled is None or not isinstance(data, dict):
+            return data
+        from explorer.widget.bundle import mime_bundle
+
+        try:
+            saved = mime_bundle(self.compiled, self.run.measurements or None)
+        except Exception:  # noqa: BLE001 - the live widget shows whatever happens here
+            return data
+        return {**saved, **{k: v for k, v in data.items() if k != "text/plain"}}

@@ -15,12 +15,13 @@ it)::
     pass_input: the stage the passes start from
     passes:   [{name, seconds, changed, pipeline, edits: [[keep, drop, [inserted lines]], ...]}]
     ptx_info, graphs: {stage name: svg}, measurements: [{name, length, channels, seconds, bytes,
-    device, kind, status}] | null, locations: null
+    device, kind, status}] | null,
+    locations: {term "line:col": {pass name | "ptx": [line, ...]}} | null   (lines from 0)
 
 The IR after each pass is stored as line edits against the IR before it, and a stage whose text is
 a pass's IR names the pass: the whole record is about a third of the texts it holds.
-``locations`` is kept for source locations (recurrence term to MLIR ops and PTX lines) once the
-compiler records them.
+``locations`` is the compiler's own record (``Compiled.term_lines``), stored as it is, for linking
+each recurrence term to the lines it became.
 """
 
 from __future__ import annotations
@@ -184,8 +185,20 @@ def compile_record(compiled: Any, measurements: Iterable[Any] | None = None,
         "ptx_info": compiled.ptx_info,
         "graphs": _graphs(compiled) if graphs else {},
         "measurements": measurement_records(measurements),
-        "locations": None,
+        "locations": _locations(compiled),
     }
+
+
+def _locations(compiled: Any) -> dict[str, dict[str, list[int]]] | None:
+    """The compiler's term -> lines record, where the compile has one."""
+    term_lines = getattr(compiled, "term_lines", None)
+    if not callable(term_lines):
+        return None
+    try:
+        record: dict[str, dict[str, list[int]]] = term_lines()
+    except Exception:  # noqa: BLE001 - the links are extra; the stages stay
+        return None
+    return record
 
 
 def mime_bundle(compiled: Any, measurements: Iterable[Any] | None = None) -> dict[str, Any]:

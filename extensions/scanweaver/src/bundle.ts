@@ -59,10 +59,11 @@ export interface CompileBundle {
   graphs?: Record<string, string>;
   measurements?: Measurement[] | null;
   /**
-   * Reserved for source locations (recurrence term -> MLIR ops and PTX lines); the renderer
-   * draws every line with `data-line` so these can be marked once the compiler records them.
+   * The compiler's source locations: for each recurrence term (`"line:col"`), the lines (from 0)
+   * it became in the IR after each pass (by pass name) and in the PTX (`"ptx"`). Not drawn yet:
+   * the renderer gives every code line a `data-line` (from 1) so that these can be marked.
    */
-  locations?: unknown;
+  locations?: Record<string, Record<string, number[]>> | null;
 }
 
 /** Apply `edits` to the lines of the text before a pass; returns the lines after it. */

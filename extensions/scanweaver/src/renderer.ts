@@ -189,8 +189,11 @@ export class CompileView {
   private ptxInfo(): HTMLElement {
     const info = this.data.bundle.ptx_info;
     const box = el('div', 'sw-ptx-info');
-    if (!info) {
-      box.textContent = 'ptxas was not available where this was compiled: register, spill and shared-memory counts are unknown.';
+    if (!info || 'unavailable' in info) {
+      const why = info ? ` (${String(info.unavailable)})` : '';
+      box.textContent =
+        `No ptxas report where this was compiled${why}: ` +
+        'register, spill and shared-memory counts are unknown.';
       return box;
     }
     const chip = String(this.data.bundle.options?.chip ?? '');
