@@ -330,19 +330,35 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     stages["plan"] = Stage("plan", _plan_text(plan) + "\n\n" + _scan_ops(planned.ir),
                            planned.seconds, plan.picture(PLAN_PICTURE_N).to_dot())
     stages["mlir"] = Stage("mlir", split_locations(text)[0], t_build, kind="mlir")
-    for i, p in enumerate(passes):
-        name = p.name if p.name not in stages else f"{p.name} #{i}"
-        stages[name] = Stage(name, p.ir, p.seconds, kind="mlir")
-    stages["llvm"] = Stage("llvm", lowered.llvm_ir, lowered.llvm_seconds, kind="llvm")
+    back = [Stage("llvm", lowered.llvm_ir, lowered.llvm_seconds, kind="llvm")]
     if opts.target == "cuda" and lowered.ptx is not None:
         # PTX is emitted by the gpu-module-to-binary pass: its time is the PTX stage's
         to_binary = [p.seconds for p in passes if p.name.startswith("gpu-module-to-binary")]
-        stages["ptx"] = Stage("ptx", lowered.ptx, sum(to_binary), kind="ptx")
+        back.append(Stage("ptx", lowered.ptx, sum(to_binary), kind="ptx"))
+    stages = _assemble(list(stages.values()), passes, back)
     built = state.built
     kernels = [dict(k.manifest(), args=built.args) for k in built.kernels]
     return Compiled(rec, form, plan.picture(plan.threads), opts.strategy, opts.target, opt_dict,
                     stages, passes, kernels, lowered.final_module, lowered.ptx, lowered.llvm_ir,
                     _PENDING, key, scan_plan=plan)
+
+
+#: the stages after the passes
+_BACK = ("llvm", "ptx")
+
+
+def _assemble(front: list[Stage], passes: list[PassRecord], back: list[Stage]
+              ) -> OrderedDict[str, Stage]:
+    """The stages in order: those before the passes, a view of each pass (its record's IR,
+    not a copy), those after."""
+    stages: OrderedDict[str, Stage] = OrderedDict((s.name, s) for s in front)
+    for p in passes:
+        if p.name in stages or p.name in _BACK:
+            raise ValueError(f"two stages are called {p.name!r}")
+        stages[p.name] = Stage(p.name, p.ir, p.seconds, kind="mlir")
+    for s in back:
+        stages[s.name] = s
+    return stages
 
 
 def _scan_ops(ir: str) -> str:
@@ -396,7 +412,7 @@ def _remember(c: Compiled) -> None:
 # can write a record with a valid checksum, so a decoded record is untrusted (``trusted=False``):
 # its text is shown and its PTX runs on the GPU like any artifact, but its host code is rebuilt
 # from the recurrence text and options (the lowered host module is not even stored).
-_FORMAT = "scanweaver-compiled/3"
+_FORMAT = "scanweaver-compiled/4"
 #: largest record read (uncompressed): a compile of the selective scan is a few MB
 RECORD_LIMIT = 256 * 1024 * 1024
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -407,10 +423,12 @@ def _encode(c: Compiled) -> bytes:
     payload = json.dumps({
         "recurrence": c.recurrence.text,
         "strategy": c.strategy, "target": c.target, "options": c.options,
-        "stages": [asdict(s) for s in c.stages.values()],
-        "passes": [asdict(p) for p in c.passes],
-        "kernels": c.kernels, "ptx": c.ptx, "plan": asdict(c.scan_plan),
-        "llvm_ir": c.llvm_ir, "ptx_info": c.ptx_info,
+        # each thing once: the passes' IR in the passes, the PTX and LLVM IR in their stages
+        "stages": [asdict(s) for s in c.stages.values()
+                   if s.name not in {p.name for p in c.passes}],
+        # a pass that changed nothing keeps no copy of the IR (null: as the pass before)
+        "passes": [dict(asdict(p), ir=p.ir if p.changed else None) for p in c.passes],
+        "kernels": c.kernels, "plan": asdict(c.scan_plan), "ptx_info": c.ptx_info,
     }).encode()
     header = json.dumps({"format": _FORMAT, "key": c.key,
                          "sha256": hashlib.sha256(payload).hexdigest()}).encode()
@@ -469,17 +487,21 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     opts = typed(payload["options"], dict, "options")
     checked = asdict(validate(strategy, target, **{k: v for k, v in opts.items()
                                                    if k not in ("strategy", "target")}))
-    stages = OrderedDict()
+    kept: list[Stage] = []
     for s in typed(payload["stages"], list, "stages"):
         stage = Stage(**typed(s, dict, "a stage"))
         for f in ("name", "text", "kind"):
             typed(getattr(stage, f), str, f"stage {f}")
         typed(stage.dot, (str, type(None)), "stage dot")
         typed(stage.seconds, (int, float), "stage seconds")
-        stages[stage.name] = stage
-    passes = []
+        kept.append(stage)
+    passes: list[PassRecord] = []
+    previous = next((s.text for s in kept if s.name == "mlir"), "")
     for p in typed(payload["passes"], list, "passes"):
         record = PassRecord(**typed(p, dict, "a pass"))
+        if record.ir is None and not record.changed:
+            record.ir = previous
+        previous = record.ir
         for f in ("name", "ir", "pipeline"):
             typed(getattr(record, f), str, f"pass {f}")
         for term, lines in typed(record.locations, dict, "pass locations").items():
@@ -491,8 +513,10 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     kernels = typed(payload["kernels"], list, "kernels")
     for k in kernels:
         typed(k, dict, "a kernel")
-    ptx = typed(payload["ptx"], (str, type(None)), "ptx")
-    llvm_ir = typed(payload["llvm_ir"], str, "llvm_ir")
+    stages = _assemble([s for s in kept if s.name not in _BACK], passes,
+                       [s for s in kept if s.name in _BACK])
+    ptx = stages["ptx"].text if "ptx" in stages else None
+    llvm_ir = stages["llvm"].text
     ptx_info = typed(payload["ptx_info"], (dict, type(None)), "ptx_info")
     from explorer.passes.plan import plan_from_dict
 

@@ -244,7 +244,8 @@ def lower(built: BuiltModule | str, options: Options,
                     module.operation.get_asm(enable_debug_info=True))
             else:
                 after = str(module)
-            records.append(PassRecord(step.name, after, seconds, after != before,
+            changed = after != before
+            records.append(PassRecord(step.name, after if changed else before, seconds, changed,
                                       step.pipeline, located))
             before = after
             if step.name == _KERNEL_LLVM_AFTER:

@@ -42,7 +42,8 @@ def test_stage_contents_checked_by_text():
     assert "A_t" in c.stages["affine"].text and "diagonal" in c.stages["affine"].text
     assert "blelloch" in c.stages["plan"].text and "digraph" in (c.stages["plan"].dot or "")
     scan_ir = c.stages["mlir"].text
-    assert '"scan.recurrence"' in scan_ir and 'loc("recurrence":2:1)' in scan_ir
+    assert '"scan.recurrence"' in scan_ir and '"scan.statement"' in scan_ir
+    assert "scan-decompose" in c.term_lines()["2:1"]     # the readout, line 2
     assert '"scan.affine"' in c.stages["scan-decompose"].text
     assert '"scan.sweep"' in c.stages["scan-plan"].text
     mlir = c.stages["scan-lower"].text
@@ -213,3 +214,19 @@ def test_cache_key_follows_the_compiler_source(monkeypatch):
     before = compiler._key(AFFINE, {"block_size": 128})
     monkeypatch.setattr(codegen, "source_digest", lambda: "another-code-generator")
     assert compiler._key(AFFINE, {"block_size": 128}) != before
+
+
+def test_a_record_keeps_each_thing_once(tmp_path):
+    c = ex.compile(AFFINE, target="cuda", strategy="blelloch")
+    raw = c.dump(tmp_path / "r.json").read_bytes()
+    payload = raw.partition(b"\n")[2].decode()
+    import json
+
+    for p in c.passes:
+        if p.changed:
+            assert payload.count(json.dumps(p.ir)[1:-1]) == 1, p.name
+    assert payload.count(json.dumps(c.ptx)[1:-1]) == 1
+    back = compiler.load_compiled(tmp_path / "r.json")
+    assert list(back.stages) == list(c.stages)
+    assert back.ptx == c.ptx and back.llvm_ir == c.llvm_ir
+    assert all(back.stages[p.name].text == p.ir for p in back.passes)
