@@ -1,0 +1,752 @@
+"""Stage: the backward pass of a recurrence, derived by the compiler (reverse mode, with sympy).
+
+The forward is the affine scan of :mod:`explorer.passes.affine`,
+
+    s_t = A_t s_{t-1} + b_t        t = 0 .. L-1,   s_{-1} = (h0, 0, ...)
+
+with readouts ``y_r[t] = f_r(h[t], inputs at t, parameters)``.  Given the cotangents of the
+outputs (``dL/dh[t]`` of every state, ``dL/dy_r[t]`` of every readout), the adjoint
+``lam[t] = dL/ds_t`` is a scan backwards in time:
+
+    lam[t] = d_t + A_{t+1}^T lam[t+1],   lam[L] = 0
+    d_t    = dL/dh[t] (on the components h[t]) + sum_r dL/dy_r[t] * dy_r/dh[t]
+
+:func:`grad` writes this adjoint as a recurrence **in the language** and compiles it like any
+other, with ``reverse=True`` (the plan's ``scan.grid {direction = "reverse"}``), so the explorer
+shows the backward as its own compile: recurrence, affine form, plan, passes, PTX.  For the
+selective scan it reads
+
+    lam_h[t, n] = exp(A[n] * dt_next[t]) * lam_h[t-1, n] + grad_h[t, n] + grad_y[t] * C[t, n]
+
+where ``lam_h[t-1]`` of a reverse scan is ``lam_h[t+1]`` in time.  ``A_{t+1}`` reads the inputs
+one step later: the wrapper passes each input that ``A_t`` reads as a second, **shifted** array
+``x_next[t] = x[t+1]`` (its last step repeats ``x[L-1]``, a finite value that ``lam[L] = 0``
+multiplies).  A direct term ``d_t`` that the language cannot spell (the derivative of ``abs`` or
+``max`` in a readout, a readout non-linear in a sum over n) is computed elementwise and passed
+as an array instead.  The names the backward introduces (``lam_h``, ``x_next``, ``grad_h``,
+``fwd_h``, ``d_h``) are chosen to collide with no name of the recurrence, no reserved name and
+no initial-state keyword ``<state>0``: a clash moves them to ``lam_h_2``, ``lam_h_3``, ...
+
+The gradients then follow elementwise from ``lam``, the past states and sympy's derivatives:
+
+    dL/dx[t] = sum_i lam_i[t] (dA_t/dx s_{t-1} + db_t/dx)_i + sum_r dL/dy_r[t] dy_r/dx
+    dL/dp    = the same summed over t (a parameter p has no time axis)
+    dL/dh0   = (A_0^T lam[0])_h
+
+each summed over the axes its array was broadcast along (the batch, the state axis n of an input
+without it).
+
+**Saved for backward**: the inputs, parameters and initial states given to the forward, and the
+forward's state trajectories ``h[t]`` (outputs of the forward anyway): nothing else.
+**Recomputed**: the past states ``s_{t-1}`` (shifts of the saved trajectories and ``h0``),
+``A_t``, ``b_t``, their derivatives and the readouts' derivatives (elementwise, from the saved
+arrays); the adjoint scan itself runs as the compiled backward recurrence.
+
+:meth:`Backward.vjp` computes the gradients with NumPy; :mod:`explorer.torch_op` runs the same
+formulas on torch tensors (autograd, ``torch.compile``).  A forward compiled with
+``reverse=True`` is handled by flipping time: its adjoint is a forward scan.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy
+
+from explorer.errors import RecurrenceError
+from explorer.frontend.names import RESERVED_NAMES, h0_name
+from explorer.frontend.recurrence import FUNCTIONS, Recurrence
+from explorer.passes.affine import AffineForm, LaneSum, decompose, symbol
+
+#: how the names of the backward recurrence are formed from those of the forward
+ADJOINT = "lam_{}"        # the adjoint of state h: lam_h (lam_h_1 for the companion h[t-1])
+NEXT = "{}_next"          # input x one step later: x_next[t] = x[t+1]
+COTANGENT = "grad_{}"     # dL/dh[t], dL/dy[t]
+TRAJECTORY = "fwd_{}"     # the forward's h[t], read by a readout's derivative
+DIRECT = "d_{}"           # a direct term passed as an array
+
+
+class Unprintable(ValueError):
+    """A sympy expression the language cannot spell (sign, Heaviside, a sum over n ...)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Names
+# ----------------------------------------------------------------------------------------------
+class _Namer:
+    """Hands out names that collide with nothing taken, and whose ``<name>0`` keyword (for
+    states) collides with nothing either."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = set(taken) | set(RESERVED_NAMES) | set(FUNCTIONS)
+
+    def __call__(self, base: str, state: bool = False) -> str:
+        k = 1
+        while True:
+            name = base if k == 1 else f"{base}_{k}"
+            clash = name in self.taken or (state and h0_name(name) in self.taken)
+            if not clash:
+                self.taken.add(name)
+                if state:
+                    self.taken.add(h0_name(name))
+                return name
+            k += 1
+
+
+@dataclass(frozen=True)
+class BackwardNames:
+    """The names of the backward recurrence, by what they stand for in the forward."""
+
+    #: forward component (state, lag) -> its adjoint, a state of the backward
+    adjoint: dict[tuple[str, int], str]
+    #: forward input -> the input one step later (``x_next[t] = x[t+1]``)
+    next: dict[str, str]
+    #: forward output (state or readout) -> its cotangent ``dL/d<output>[t]``
+    cotangent: dict[str, str]
+    #: forward state -> its trajectory ``h[t]``, an input of the backward
+    trajectory: dict[str, str]
+    #: forward component -> its direct term, when passed as an array
+    direct: dict[tuple[str, int], str]
+
+
+# ----------------------------------------------------------------------------------------------
+# sympy -> the language
+# ----------------------------------------------------------------------------------------------
+_ATOM, _POW, _UNARY, _MUL, _ADD = 5, 4, 3, 2, 1
+
+
+def _number(value: float) -> str:
+    if not math.isfinite(value):
+        raise Unprintable(f"the constant {value} is not finite")
+    return repr(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def to_text(expr: sympy.Expr, ref: Callable[[str], str]) -> str:
+    """Spell a sympy expression in the language; ``ref(symbol name)`` spells a symbol.
+
+    Raises :class:`Unprintable` for what the language has no word for.
+    """
+    return _print(sympy.sympify(expr), ref)[0]
+
+
+def _wrap(part: tuple[str, int], least: int) -> str:
+    text, p = part
+    return f"({text})" if p < least else text
+
+
+def _print(e: sympy.Expr, ref: Callable[[str], str]) -> tuple[str, int]:
+    if e.is_Symbol:
+        return ref(e.name), _ATOM
+    if e.is_Number or e.is_NumberSymbol:
+        v = float(e)
+        return (_number(v), _ATOM) if v >= 0 else (_number(v), _UNARY)
+    if e.is_Add:
+        terms = e.as_ordered_terms()
+        text = _wrap(_print(terms[0], ref), _ADD)
+        for term in terms[1:]:
+            if term.could_extract_minus_sign():
+                text += " - " + _wrap(_print(-term, ref), _MUL)
+            else:
+                text += " + " + _wrap(_print(term, ref), _ADD + 1)
+        return text, _ADD
+    if e.is_Mul:
+        coeff, rest = e.as_coeff_Mul()
+        if coeff < 0:   # -a * b: numerically -(a * b)
+            return "-" + _wrap(_print(-e, ref), _MUL), _MUL
+        num, den = [], []
+        for f in sympy.Mul.make_args(e):
+            if f.is_Pow and f.exp.is_Number and f.exp < 0:
+                den.append(f.base ** -f.exp)
+            elif f.is_Rational and not f.is_Integer:
+                num.append(sympy.Integer(f.p))
+                den.append(sympy.Integer(f.q))
+            else:
+                num.append(f)
+        num = [f for f in num if f != 1] or [sympy.Integer(1)]
+        text = " * ".join(_wrap(_print(f, ref), _MUL) for f in num)
+        if den:
+            d = sympy.Mul(*den)
+            text = f"{text} / {_wrap(_print(d, ref), _POW)}"
+        return text, _MUL
+    if e.is_Pow:
+        base, exponent = e.args
+        if not exponent.is_Number:
+            raise Unprintable(f"a power with a symbolic exponent: {e}")
+        if exponent == sympy.Rational(1, 2):
+            return f"sqrt({_print(base, ref)[0]})", _ATOM
+        if exponent < 0:
+            return f"1 / {_wrap(_print(base ** -exponent, ref), _POW)}", _MUL
+        return f"{_wrap(_print(base, ref), _POW + 1)} ** {_number(float(exponent))}", _POW
+    names = {sympy.exp: "exp", sympy.log: "log", sympy.tanh: "tanh", sympy.Abs: "abs"}
+    if e.func in names:
+        return f"{names[e.func]}({_print(e.args[0], ref)[0]})", _ATOM
+    if isinstance(e, sympy.Max | sympy.Min):
+        word = "max" if isinstance(e, sympy.Max) else "min"
+        args = [_print(a, ref)[0] for a in e.args]
+        text = args[-1]
+        for a in reversed(args[:-1]):
+            text = f"{word}({a}, {text})"
+        return text, _ATOM
+    raise Unprintable(f"the language has no word for {type(e).__name__} ({e})")
+
+
+# ----------------------------------------------------------------------------------------------
+# Derivatives that know the sum over the state axis n
+# ----------------------------------------------------------------------------------------------
+def lane_diff(expr: sympy.Expr, sym: sympy.Symbol, lane: bool) -> sympy.Expr:
+    """``d expr / d sym`` where ``expr`` may hold sums over n (``LaneSum``).
+
+    For ``sym`` with the axis n (``C[t, n]``, ``h[t, n]``) the derivative is taken at one lane:
+    ``d sum(e) / d sym[n] = de/dsym`` at that lane.  For ``sym`` without it, the sum stays:
+    ``d sum(e) / d sym = sum(de/dsym)``.  The chain rule goes through the sums (a readout may be
+    non-linear in them: ``sum(C * h) ** 2``).
+    """
+    sums = sorted(expr.atoms(LaneSum), key=sympy.default_sort_key)
+    if not sums:
+        return sympy.diff(expr, sym)
+    held = [sympy.Dummy(f"sum{k}", real=True) for k in range(len(sums))]
+    outer = expr.xreplace(dict(zip(sums, held)))
+    out = sympy.diff(outer, sym)
+    for s, h in zip(sums, held):
+        inner = sympy.diff(s.args[0], sym)
+        if inner == 0:
+            continue
+        out += sympy.diff(outer, h) * (inner if lane else LaneSum(inner))
+    return out.xreplace(dict(zip(held, sums)))
+
+
+def _prev_symbol(state: str, lag: int) -> sympy.Symbol:
+    """The symbol of ``state[t-lag]`` (as :func:`explorer.passes.affine.decompose` names it)."""
+    return sympy.Symbol(f"{state}[t]" if lag == 0 else f"{state}[t-{lag}]", real=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# The backward recurrence
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Backward:
+    """The backward of a recurrence: its adjoint recurrence and the gradient formulas."""
+
+    forward: Recurrence
+    form: AffineForm
+    #: the adjoint scan, a recurrence of the language (compile it with ``reverse=True``)
+    text: str
+    recurrence: Recurrence
+    names: BackwardNames
+    #: component index -> its direct term d_t (sympy; symbols: cotangents, h[t], inputs)
+    direct: dict[int, sympy.Expr]
+    #: input or parameter -> [(component i, (dA/dx s_{t-1} + db/dx)_i)]
+    scan_terms: dict[str, list[tuple[int, sympy.Expr]]]
+    #: input or parameter -> [(readout, dy/dx)]
+    readout_terms: dict[str, list[tuple[str, sympy.Expr]]]
+    #: state -> [(component i, A[i, h])]: dL/dh0 = sum_i lam_i[0] A_0[i, h]
+    h0_terms: dict[str, list[tuple[int, sympy.Expr]]]
+
+    # -- views ---------------------------------------------------------------------------------
+    def as_text(self) -> str:
+        return self.text
+
+    def summary(self) -> str:
+        """The adjoint recurrence and every gradient formula, as text."""
+        lines = ["adjoint scan (compiled with reverse=True: lam[t-1] is lam[t+1] in time):",
+                 *("  " + line for line in self.text.splitlines()), ""]
+        n = self.names
+        if n.next:
+            lines.append("shifted inputs: " + ", ".join(f"{v}[t] = {k}[t+1]"
+                                                         for k, v in n.next.items()))
+        comps = self.form.components
+        lam = {i: n.adjoint[c] for i, c in enumerate(comps)}
+        for name in (*self.forward.inputs, *self.forward.params):
+            parts = [f"{lam[i]} * ({sympy.sstr(e)})" for i, e in self.scan_terms.get(name, [])]
+            parts += [f"{n.cotangent[r]} * ({sympy.sstr(e)})"
+                      for r, e in self.readout_terms.get(name, [])]
+            total = " + ".join(parts) or "0"
+            over = "" if name in self.forward.inputs else "  summed over t"
+            lines.append(f"dL/d{name} = {total}{over}")
+        for s, terms in self.h0_terms.items():
+            total = " + ".join(f"{lam[i]}[0] * ({sympy.sstr(e)})" for i, e in terms) or "0"
+            lines.append(f"dL/d{h0_name(s)} = {total}   (A at t = 0)")
+        return "\n".join(lines)
+
+    # -- compiling -----------------------------------------------------------------------------
+    def compile(self, target: str = "cuda", strategy: str = "blelloch", **options: Any) -> Any:
+        """Compile the adjoint scan through the whole pipeline: a :class:`Compiled` with
+        ``reverse=True`` (its ``lam[t-1]`` is ``lam[t+1]`` in time), cached like any compile."""
+        from explorer.compiler import compile as _compile
+        from explorer.errors import OptionError
+
+        if "reverse" in options:
+            raise OptionError("the adjoint scan always runs backwards in time (reverse=True)")
+        return _compile(self.recurrence, target=target, strategy=strategy, reverse=True,
+                        **options)
+
+    # -- NumPy gradients -----------------------------------------------------------------------
+    def vjp(self, cotangents: Mapping[str, Any], outputs: Mapping[str, Any] | None = None,
+            target: str = "cpu", strategy: str = "blelloch",
+            options: Mapping[str, Any] | None = None, L: int | None = None,
+            **arrays: Any) -> dict[str, np.ndarray]:
+        """The gradients of ``sum_o <cotangents[o], o>`` with respect to every array given.
+
+        ``arrays`` are the forward's inputs, parameters and (optionally) initial states, as for
+        ``compiled(**arrays)``; ``cotangents`` maps outputs (states, readouts) to arrays shaped
+        like them (missing ones are zero); ``outputs`` holds the forward's states (computed
+        here when not given).  The adjoint scan runs compiled for ``target`` with ``strategy``
+        and ``options`` (``reverse=True`` in ``options`` means that the forward is a reverse
+        scan); the elementwise parts run in float64.  Returns name -> gradient, shaped like
+        the array given.
+        """
+        from explorer.compiler import compile as _compile
+
+        rec = self.forward
+        opts = dict(options or {})
+        reverse = bool(opts.pop("reverse", False))
+        known = set(rec.inputs) | set(rec.params) | {h0_name(s) for s in rec.states}
+        extra = sorted(set(arrays) - known)
+        if extra:
+            raise ValueError(f"unexpected arrays: {', '.join(extra)}")
+        device = "cpu" if target == "cpu" else None
+        if outputs is None:
+            fwd = _compile(rec, target=target, strategy=strategy, reverse=reverse, **opts)
+            out = fwd(device=device, L=L, **arrays)
+            outputs = out if isinstance(out, dict) else {self.form.outputs[0]: out}
+        back = self.compile(target=target, strategy=strategy, **opts)
+
+        def scan(call: dict[str, Any]) -> dict[str, Any]:
+            res = back(device=device, **call)
+            res = res if isinstance(res, dict) else {back.form.outputs[0]: res}
+            return {k: np.asarray(v, dtype=np.float64) for k, v in res.items()}
+
+        given = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+        states = {s: np.asarray(outputs[s], dtype=np.float64) for s in rec.states}
+        cots = {k: np.asarray(v, dtype=np.float64) for k, v in cotangents.items()
+                if v is not None}
+        return gradients(self, NUMPY, given, states, cots, scan, reverse=reverse)
+
+
+_CACHE: dict[str, Backward] = {}
+_LOCK = threading.Lock()
+
+
+def grad(rec: Recurrence | str) -> Backward:
+    """Derive the backward of a recurrence (or its text): the adjoint recurrence and the
+    gradient formulas.  ``grad(rec).compile(...)`` compiles the adjoint; ``.vjp(...)`` gives
+    gradients with NumPy; ``compile(rec).torch()`` a differentiable PyTorch op."""
+    if isinstance(rec, str):
+        rec = Recurrence.parse(rec)
+    elif not isinstance(rec, Recurrence):
+        raise TypeError(f"grad() takes a Recurrence or its text, not {type(rec).__name__}")
+    with _LOCK:
+        hit = _CACHE.get(rec.text)
+    if hit is None:
+        hit = _derive(rec)
+        with _LOCK:
+            _CACHE[rec.text] = hit
+    return hit
+
+
+def _derive(rec: Recurrence) -> Backward:
+    form = decompose(rec)
+    comps = form.components
+    S = form.size
+    vector = rec.vector
+    A, b = form.A, form.b
+    lane_of = set(rec.lane_names)
+
+    # --- names -------------------------------------------------------------------------------
+    user = set(rec.inputs) | set(rec.params) | set(rec.states) | set(rec.readouts)
+    user |= {h0_name(s) for s in rec.states}
+    namer = _Namer(user)
+    adjoint = {c: namer(ADJOINT.format(c[0] if c[1] == 0 else f"{c[0]}_{c[1]}"), state=True)
+               for c in comps}
+    a_inputs = sorted({s.name for e in A for s in e.free_symbols} & set(rec.inputs),
+                      key=rec.inputs.index)
+    nxt = {x: namer(NEXT.format(x)) for x in a_inputs}
+    cot = {o: namer(COTANGENT.format(o)) for o in form.outputs}
+
+    # --- the direct terms d_t ----------------------------------------------------------------
+    direct: dict[int, sympy.Expr] = {}
+    for i, (s, lag) in enumerate(comps):
+        if lag:
+            continue
+        d = symbol(cot[s])
+        h_t = _prev_symbol(s, 0)
+        for r, y in form.readouts.items():
+            dy = lane_diff(y, h_t, vector)
+            if dy != 0:
+                d += symbol(cot[r]) * dy
+        direct[i] = d
+    used_h = {sym.name for d in direct.values() for sym in d.free_symbols}
+    trajectory = {s: namer(TRAJECTORY.format(s)) for s in rec.states
+                  if _prev_symbol(s, 0).name in used_h}
+    lane_names = set(lane_of)
+    if vector:
+        lane_names |= {adjoint[c] for c in comps} | {cot[s] for s in rec.states}
+        lane_names |= set(trajectory.values())
+    lane_names |= {nxt[x] for x in a_inputs if x in lane_of}
+    timed = set(rec.inputs) | set(nxt.values()) | set(cot.values()) | set(trajectory.values())
+    alias = {_prev_symbol(s, 0).name: v for s, v in trajectory.items()}
+
+    def ref(name: str) -> str:
+        name = alias.get(name, name)
+        if name in timed:
+            return f"{name}[t, n]" if name in lane_names else f"{name}[t]"
+        return f"{name}[n]" if name in lane_names else name
+
+    # --- the adjoint statements --------------------------------------------------------------
+    shift = {symbol(x): symbol(v) for x, v in nxt.items()}
+    lag_index = ", n" if vector else ""
+
+    def statements(spelled: bool) -> tuple[str, dict[tuple[str, int], str]]:
+        """The adjoint recurrence; with ``spelled``, the direct terms the language can spell
+        are written into it, the others (all, without) become arrays."""
+        arrays: dict[tuple[str, int], str] = {}
+        lines = []
+        for i, c in enumerate(comps):
+            terms = []
+            for j, cj in enumerate(comps):
+                if A[j, i] == 0:
+                    continue
+                coeff = A[j, i].xreplace(shift)
+                past = f"{adjoint[cj]}[t-1{lag_index}]"
+                if coeff == 1:
+                    terms.append(past)
+                elif coeff == -1:
+                    terms.append(f"-{past}")
+                else:
+                    terms.append(f"{_wrap(_print(coeff, ref), _MUL)} * {past}")
+            if all(A[i, j] == 0 for j in range(S)):
+                # nothing reads this adjoint: keep it a state (its own past, times 0)
+                terms.append(f"0 * {adjoint[c]}[t-1{lag_index}]")
+            if i in direct:
+                try:
+                    if not spelled:
+                        raise Unprintable("every direct term is an array")
+                    terms.append(_print(direct[i], ref)[0])
+                except Unprintable:
+                    arrays[c] = direct_names.get(c) or namer(DIRECT.format(
+                        c[0] if c[1] == 0 else f"{c[0]}_{c[1]}"))
+                    direct_names[c] = arrays[c]
+                    timed.add(arrays[c])
+                    if vector:
+                        lane_names.add(arrays[c])
+                    terms.append(ref(arrays[c]))
+            lhs = f"{adjoint[c]}[t, n]" if vector else f"{adjoint[c]}[t]"
+            body = " + ".join(terms) if terms else "0"
+            lines.append(f"{lhs} = {body}".replace("+ -", "- "))
+        return "\n".join(lines), arrays
+
+    direct_names: dict[tuple[str, int], str] = {}
+    label = f"backward of {rec.name or 'the recurrence'}"
+    text, direct_arrays = statements(spelled=True)
+    try:
+        back = Recurrence.parse(text, name=label)
+    except RecurrenceError:   # a spelled derivative the parser refuses (a constant's range...)
+        text, direct_arrays = statements(spelled=False)
+        back = Recurrence.parse(text, name=label)
+
+    # --- gradient formulas -------------------------------------------------------------------
+    prev = [_prev_symbol(s, lag + 1) for s, lag in comps]
+    scan_terms: dict[str, list[tuple[int, sympy.Expr]]] = {}
+    readout_terms: dict[str, list[tuple[str, sympy.Expr]]] = {}
+    for name in (*rec.inputs, *rec.params):
+        x = symbol(name)
+        for i, (_, lag) in enumerate(comps):
+            if lag:
+                continue   # companion rows are constant
+            e = sum((sympy.diff(A[i, j], x) * prev[j] for j in range(S)), sympy.Integer(0))
+            e = e + sympy.diff(b[i], x)
+            if e != 0:
+                scan_terms.setdefault(name, []).append((i, e))
+        for r, y in form.readouts.items():
+            dy = lane_diff(y, x, name in lane_of)
+            if dy != 0:
+                readout_terms.setdefault(name, []).append((r, dy))
+    h0_terms = {s: [(i, A[i, form.component_index(s)]) for i in range(S)
+                    if A[i, form.component_index(s)] != 0] for s in rec.states}
+    names = BackwardNames(adjoint, nxt, cot, trajectory, direct_arrays)
+    return Backward(rec, form, text, back, names, direct, scan_terms, readout_terms, h0_terms)
+
+
+# ----------------------------------------------------------------------------------------------
+# Arrays: one set of formulas for NumPy and torch
+# ----------------------------------------------------------------------------------------------
+class Ops:
+    """The array operations the gradient formulas use (NumPy here; torch in torch_op)."""
+
+    def exp(self, x: Any) -> Any:
+        return np.exp(x)
+
+    def log(self, x: Any) -> Any:
+        return np.log(x)
+
+    def tanh(self, x: Any) -> Any:
+        return np.tanh(x)
+
+    def abs(self, x: Any) -> Any:
+        return np.abs(x)
+
+    def sign(self, x: Any) -> Any:
+        return np.sign(x)
+
+    def sqrt(self, x: Any) -> Any:
+        return np.sqrt(x)
+
+    def power(self, x: Any, p: float) -> Any:
+        return np.power(x, p)
+
+    def maximum(self, x: Any, y: Any) -> Any:
+        return np.maximum(x, y)
+
+    def minimum(self, x: Any, y: Any) -> Any:
+        return np.minimum(x, y)
+
+    def sum(self, x: Any, axis: int) -> Any:
+        return np.sum(x, axis=axis, keepdims=True)
+
+    def cat(self, parts: list[Any]) -> Any:
+        return np.concatenate(parts, axis=-1)
+
+    def broadcast(self, x: Any, shape: tuple[int, ...]) -> Any:
+        return np.broadcast_to(x, shape)
+
+    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
+        return np.zeros(shape, dtype=like.dtype)
+
+    def flip(self, x: Any) -> Any:
+        return np.ascontiguousarray(x[..., ::-1])
+
+    def shape(self, x: Any) -> tuple[int, ...]:
+        return tuple(x.shape)
+
+
+NUMPY = Ops()
+
+
+def evaluate(expr: sympy.Expr, env: Mapping[str, Any], ops: Ops, full: tuple[int, ...]) -> Any:
+    """Evaluate a sympy expression on arrays (``env``: symbol name -> array or number).
+
+    The arrays are in the canonical layout ``batch + (N or 1, L or 1)``; ``LaneSum`` sums over
+    the state axis (second to last) after broadcasting to ``full``.  Constant subexpressions are
+    folded by sympy first, so functions only ever see arrays.
+    """
+    if expr.is_number:
+        return float(expr)
+    if expr.is_Symbol:
+        try:
+            return env[expr.name]
+        except KeyError:
+            raise KeyError(f"no value for {expr.name}") from None
+    args = expr.args
+    if expr.is_Add or expr.is_Mul:
+        total = evaluate(args[0], env, ops, full)
+        for a in args[1:]:
+            v = evaluate(a, env, ops, full)
+            total = total + v if expr.is_Add else total * v
+        return total
+    if expr.is_Pow:
+        base = evaluate(args[0], env, ops, full)
+        p = float(args[1])
+        if p == 0.5:
+            return ops.sqrt(base)
+        if p == -1:
+            return 1.0 / base
+        if p == 2:
+            return base * base
+        if p.is_integer() and p > 0:
+            return ops.power(base, int(p))
+        return ops.power(base, p)
+    if isinstance(expr, LaneSum):
+        inner = evaluate(args[0], env, ops, full)
+        return ops.sum(ops.broadcast(inner, full), -2)
+    if isinstance(expr, sympy.Max | sympy.Min):
+        f = ops.maximum if isinstance(expr, sympy.Max) else ops.minimum
+        vals = [evaluate(a, env, ops, full) for a in args]
+        out = vals[0]
+        for v in vals[1:]:
+            out = f(out, v)
+        return out
+    if isinstance(expr, sympy.Heaviside):
+        return (ops.sign(evaluate(args[0], env, ops, full)) + 1.0) * 0.5
+    funcs = {sympy.exp: ops.exp, sympy.log: ops.log, sympy.tanh: ops.tanh, sympy.Abs: ops.abs,
+             sympy.sign: ops.sign}
+    f = funcs.get(expr.func)
+    if f is not None:
+        return f(evaluate(args[0], env, ops, full))
+    raise NotImplementedError(f"cannot evaluate {type(expr).__name__}: {expr}")
+
+
+def canonical_shape(shape: tuple[int, ...], timed: bool, lane: bool, rank: int
+                    ) -> tuple[int, ...]:
+    """The shape of an array in the canonical layout ``batch + (N or 1, L or 1)``, its batch
+    padded with leading 1s to ``rank`` axes."""
+    s = list(shape)
+    if not timed:
+        s.append(1)
+    if not lane:
+        s.insert(len(s) - 1, 1)
+    return (1,) * (rank + 2 - len(s)) + tuple(s)
+
+
+def reduce_to(x: Any, shape: tuple[int, ...], ops: Ops) -> Any:
+    """``x`` summed over the axes that ``shape`` (same rank) broadcasts, then broadcast to
+    ``shape`` (a derivative constant along an axis of the array)."""
+    if isinstance(x, float):
+        return x
+    xs = ops.shape(x)
+    for axis, (have, want) in enumerate(zip(xs, shape)):
+        if want == 1 and have != 1:
+            x = ops.sum(x, axis)
+    return ops.broadcast(x, shape)
+
+
+def _prev(x: Any, k: int, init: Any, ops: Ops, L: int) -> Any:
+    """``x[t-k]`` along the last axis: ``init`` at t = k-1 (h[-1]), zeros before."""
+    if k == 0:
+        return x
+    lead = ops.shape(x)[:-1]
+    parts = [ops.zeros((*lead, k - 1), x)] if k > 1 else []
+    parts += [ops.broadcast(init, (*lead, 1)), x[..., :max(L - k, 0)]]
+    out = ops.cat(parts)
+    return out[..., :L] if k > L else out
+
+
+def _next(x: Any, ops: Ops) -> Any:
+    """``x[t+1]`` along the last axis, the last step repeated."""
+    if ops.shape(x)[-1] <= 1:
+        return x
+    return ops.cat([x[..., 1:], x[..., -1:]])
+
+
+def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping[str, Any],
+              cotangents: Mapping[str, Any], scan: Callable[[dict[str, Any]], dict[str, Any]],
+              reverse: bool = False, L: int | None = None,
+              needed: set[str] | None = None) -> dict[str, Any]:
+    """The gradients of every array in ``arrays`` (names of the forward: inputs, parameters,
+    initial states), shaped like them.
+
+    ``states`` are the forward's state outputs and ``cotangents`` the gradients of the outputs
+    (missing: zero), all shaped as the forward returns them; ``scan(call)`` runs the compiled
+    adjoint on ``call`` (name -> array, the backward recurrence's own layout) and returns its
+    states.  ``reverse``: the forward was a reverse scan.  ``needed`` restricts the result.
+    """
+    rec, form = bw.forward, bw.form
+    names = bw.names
+    lane_of = rec.lane_names
+    vector = rec.vector
+    specs = {n: (True, n in lane_of) for n in rec.inputs}
+    specs.update({n: (False, n in lane_of) for n in rec.params})
+    specs.update({h0_name(s): (False, vector) for s in rec.states})
+    shapes = {n: tuple(ops.shape(v)) for n, v in arrays.items()}
+    # the batch and sizes, from the forward's states (which are full-size)
+    s0 = states[rec.states[0]]
+    full_state = tuple(ops.shape(s0))
+    batch = full_state[:-2] if vector else full_state[:-1]
+    length = full_state[-1]
+    N = full_state[-2] if vector else 1
+    full = (*batch, N, length)
+    rank = len(batch)
+
+    def canon(name: str, x: Any) -> Any:
+        timed, lane = specs[name]
+        return x.reshape(canonical_shape(tuple(ops.shape(x)), timed, lane, rank))
+
+    def flip(x: Any) -> Any:
+        return ops.flip(x) if reverse else x
+
+    views = {n: canon(n, v) for n, v in arrays.items()}
+    for n in rec.inputs:
+        if n in views:
+            views[n] = flip(views[n])
+    traj = {s: flip(v if vector else v.reshape((*batch, 1, length))) for s, v in states.items()}
+    h0 = {s: views.get(h0_name(s)) for s in rec.states}
+    if length == 0:
+        return {n: ops.zeros(shapes[n], v) for n, v in arrays.items()
+                if needed is None or n in needed}
+
+    # --- the environment: inputs, parameters, past states, cotangents -------------------------
+    env: dict[str, Any] = {n: v for n, v in views.items() if n in specs and n in rec.inputs
+                           + rec.params}
+    like = s0
+    for s in rec.states:
+        init = h0[s] if h0[s] is not None else 0.0
+        for k in range(form.recurrence.order[s] + 1):
+            env[_prev_symbol(s, k).name] = _prev(traj[s], k, init, ops, length)
+    for o in form.outputs:
+        g = cotangents.get(o)
+        lane = vector and o in rec.states
+        if g is None:
+            g = ops.zeros((*batch, N if lane else 1, length), like)
+        else:
+            g = flip(g if lane else g.reshape((*batch, 1, length)))
+        env[names.cotangent[o]] = g
+
+    # --- the adjoint scan --------------------------------------------------------------------
+    call: dict[str, Any] = {}
+    brec = bw.recurrence
+    for n in brec.inputs + brec.params:
+        if n in names.next.values():
+            x = next(k for k, v in names.next.items() if v == n)
+            value = _next(env[x], ops)
+        elif n in names.trajectory.values():
+            s = next(k for k, v in names.trajectory.items() if v == n)
+            value = env[_prev_symbol(s, 0).name]
+        elif n in names.direct.values():
+            c = next(k for k, v in names.direct.items() if v == n)
+            value = ops.broadcast(evaluate(bw.direct[form.components.index(c)], env, ops,
+                                           full), full)
+        else:
+            value = env[n]
+        call[n] = _call_layout(value, n in brec.inputs, n in brec.lane_names)
+    lam_call = scan(call)
+    lam = {}
+    for i, c in enumerate(form.components):
+        v = lam_call[names.adjoint[c]]
+        lam[i] = v if vector else v.reshape((*batch, 1, length))
+
+    # --- the gradients -----------------------------------------------------------------------
+    out: dict[str, Any] = {}
+    for n in arrays:
+        if (needed is not None and n not in needed) or n not in specs or \
+                n not in rec.inputs + rec.params:
+            continue
+        # the terms through the scan vary along n with lam; a readout's only where its
+        # derivative does (dL/dD of sum(C * h) + D * x is per channel, not per lane)
+        grads = []
+        for i, e in bw.scan_terms.get(n, []):
+            grads.append(lam[i] * evaluate(e, env, ops, full))
+        for r, e in bw.readout_terms.get(n, []):
+            grads.append(env[names.cotangent[r]] * evaluate(e, env, ops, full))
+        canon = ops.shape(views[n])
+        g = ops.zeros(canon, like)
+        for part in grads:
+            g = g + reduce_to(part, canon, ops)
+        if n in rec.inputs:
+            g = flip(g)
+        out[n] = g.reshape(shapes[n])
+    at0 = {k: (v[..., :1] if k in rec.inputs else v) for k, v in env.items()}
+    for s in rec.states:
+        key = h0_name(s)
+        if key not in arrays or (needed is not None and key not in needed):
+            continue
+        canon = ops.shape(views[key])
+        g = ops.zeros(canon, like)
+        for i, e in bw.h0_terms[s]:
+            g = g + reduce_to(lam[i][..., :1] * evaluate(e, at0, ops, full), canon, ops)
+        out[key] = g.reshape(shapes[key])
+    return out
+
+
+def _call_layout(x: Any, timed: bool, lane: bool) -> Any:
+    """A canonical ``batch + (N or 1, L or 1)`` array in the layout a call takes."""
+    if timed and lane:
+        return x
+    if timed:
+        return x[..., 0, :]
+    if lane:
+        return x[..., :, 0]
+    return x[..., 0, 0]
