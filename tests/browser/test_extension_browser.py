@@ -337,3 +337,14 @@ def test_snapshot_file_opens_in_a_browser(lab_root: Path, page: Any, output_dir:
     assert page.locator(".sw-report polyline").count() == 1
     page.locator(".sw-report details").nth(3).locator("summary").click()
     page.screenshot(path=str(output_dir / "37-snapshot.png"), full_page=False)
+
+
+def test_extension_unit_tests() -> None:
+    """The extension's own TypeScript tests (vitest), where its build left node_modules."""
+    folder = REPO / "extensions" / "scanweaver"
+    npm = shutil.which("npm")
+    if npm is None or not (folder / "node_modules" / ".bin" / "vitest").exists():
+        pytest.skip("npm or the extension's node_modules is missing (pip install -e . makes them)")
+    result = subprocess.run([npm, "test"], cwd=folder, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
