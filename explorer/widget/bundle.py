@@ -108,12 +108,16 @@ def measurement_records(measurements: Iterable[Any] | None) -> list[dict[str, An
         if seconds is None and time_ms is not None:
             seconds = float(time_ms) / 1e3
         kind = get("kind", None) or extra.get("kind") or "generated"
+        moved = get("bytes_moved", None) or get("bytes", None)
+        rate = get("gbps", None)
+        if not moved and rate and seconds:
+            moved = round(float(rate) * 1e9 * float(seconds))  # a bench record's dict
         out.append({
             "name": str(get("name", None) or get("method", None) or kind),
             "length": int(get("length", None) or get("L", 0) or 0),
             "channels": int(get("channels", None) or get("C", 0) or 0),
             "seconds": float(seconds or 0.0),
-            "bytes": int(get("bytes_moved", None) or get("bytes", 0) or 0),
+            "bytes": int(moved or 0),
             "device": str(get("device", None) or "cuda"),
             "kind": str(kind),
             "status": str(get("status", None) or extra.get("status") or "ok"),

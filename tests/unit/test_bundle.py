@@ -40,6 +40,14 @@ def test_measurements_from_the_run_panel_the_bench_and_dicts() -> None:
     assert records[1]["name"] == "copy" and records[1]["kind"] == "roofline"
     assert records[1]["seconds"] == pytest.approx(1e-5)
     assert B.measurement_records(None) is None
+    # a record of `scanweaver bench`, as an object and as its JSON dict
+    from explorer.bench.results import Record
+
+    result = Record("torch associative_scan", "baseline", 64, 1024, "ok", time_ms=0.02,
+                    gbps=39.3216)
+    as_object, as_dict = B.measurement_records([result, result.as_dict()]) or []
+    assert as_object["bytes"] == result.bytes and as_object["kind"] == "baseline"
+    assert as_dict["bytes"] == result.bytes and as_dict["seconds"] == pytest.approx(2e-5)
 
 
 def test_plot_draws_a_line_per_method_and_skips_failures() -> None:
