@@ -23,7 +23,7 @@ from explorer.presets import PRESETS  # noqa: E402
 __all__ = [
     "PRESETS", "AffineForm", "CompileError", "Compiled", "Explorer", "LaunchError",
     "OptionError", "Recurrence", "RecurrenceError", "ScanPlan", "__version__", "compile",
-    "decompose", "load", "make_plan", "reference", "run_plan",
+    "decompose", "grad", "load", "make_plan", "reference", "run_plan",
 ]
 
 
@@ -64,6 +64,10 @@ def __getattr__(name: str) -> Any:
         from explorer.passes import affine
 
         return getattr(affine, name)
+    if name == "grad":
+        from explorer.autodiff import grad
+
+        return grad
     if name == "Compiled":
         from explorer.compiler import Compiled
 
@@ -78,6 +82,7 @@ def __getattr__(name: str) -> Any:
 if False:  # pragma: no cover - for type checkers only
     import os
 
+    from explorer.autodiff import grad
     from explorer.compiler import Compiled
     from explorer.passes.affine import AffineForm, decompose
     from explorer.runtime.cuda import CudaKernel

@@ -562,13 +562,15 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Any], ops: Ops, full: tuple[int
         return ops.power(base, p)
     if isinstance(expr, LaneSum):
         inner = evaluate(args[0], env, ops, full)
+        if isinstance(inner, float):
+            return inner * full[-2]
         return ops.sum(ops.broadcast(inner, full), -2)
     if isinstance(expr, sympy.Max | sympy.Min):
-        f = ops.maximum if isinstance(expr, sympy.Max) else ops.minimum
+        pick = ops.maximum if isinstance(expr, sympy.Max) else ops.minimum
         vals = [evaluate(a, env, ops, full) for a in args]
         out = vals[0]
         for v in vals[1:]:
-            out = f(out, v)
+            out = pick(out, v)
         return out
     if isinstance(expr, sympy.Heaviside):
         return (ops.sign(evaluate(args[0], env, ops, full)) + 1.0) * 0.5
@@ -605,12 +607,14 @@ def reduce_to(x: Any, shape: tuple[int, ...], ops: Ops) -> Any:
 
 
 def _prev(x: Any, k: int, init: Any, ops: Ops, L: int) -> Any:
-    """``x[t-k]`` along the last axis: ``init`` at t = k-1 (h[-1]), zeros before."""
+    """``x[t-k]`` along the last axis: ``init`` at t = k-1 (h[-1], zero when None), zeros
+    before."""
     if k == 0:
         return x
     lead = ops.shape(x)[:-1]
     parts = [ops.zeros((*lead, k - 1), x)] if k > 1 else []
-    parts += [ops.broadcast(init, (*lead, 1)), x[..., :max(L - k, 0)]]
+    first = ops.zeros((*lead, 1), x) if init is None else ops.broadcast(init, (*lead, 1))
+    parts += [first, x[..., :max(L - k, 0)]]
     out = ops.cat(parts)
     return out[..., :L] if k > L else out
 
@@ -651,14 +655,14 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
     full = (*batch, N, length)
     rank = len(batch)
 
-    def canon(name: str, x: Any) -> Any:
+    def to_canonical(name: str, x: Any) -> Any:
         timed, lane = specs[name]
         return x.reshape(canonical_shape(tuple(ops.shape(x)), timed, lane, rank))
 
     def flip(x: Any) -> Any:
         return ops.flip(x) if reverse else x
 
-    views = {n: canon(n, v) for n, v in arrays.items()}
+    views = {n: to_canonical(n, v) for n, v in arrays.items()}
     for n in rec.inputs:
         if n in views:
             views[n] = flip(views[n])
@@ -673,9 +677,8 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
                            + rec.params}
     like = s0
     for s in rec.states:
-        init = h0[s] if h0[s] is not None else 0.0
         for k in range(form.recurrence.order[s] + 1):
-            env[_prev_symbol(s, k).name] = _prev(traj[s], k, init, ops, length)
+            env[_prev_symbol(s, k).name] = _prev(traj[s], k, h0[s], ops, length)
     for o in form.outputs:
         g = cotangents.get(o)
         lane = vector and o in rec.states

@@ -214,6 +214,12 @@ class Compiled:
         _write_bytes(out, _encode(self), compress=out.suffix == ".gz")
         return out
 
+    def torch(self) -> Any:
+        """This compile as a differentiable torch operator (see :mod:`explorer.torch_op`)."""
+        from explorer.torch_op import torch_op
+
+        return torch_op(self)
+
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the artifact (PTX + manifest.json) to the directory ``path``."""
         from explorer.runtime.artifact import write_artifact

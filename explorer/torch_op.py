@@ -1,0 +1,430 @@
+"""Runtime, PyTorch side: a compiled recurrence as a differentiable torch operator.
+
+``compiled.torch()`` gives a :class:`RecurrenceOp`; calling it runs the recurrence on tensors::
+
+    f = ex.compile(ex.PRESETS["selective scan"], target="cpu").torch()
+    y = f(dt=dt, A=A, B=B, x=x, C=C, D=D)          # or positionally: inputs, then parameters
+    y.sum().backward()                               # gradients of every tensor, h0 included
+
+Inputs and parameters are tensors shaped as for ``compiled(...)`` (time the last axis, batch
+dimensions broadcast); the initial states ``<state>0=`` are optional.  One output comes back as a
+tensor, several as a dict, like ``compiled(...)``.
+
+Each compile defines two operators with :func:`torch.library.custom_op` (qualified names from the
+compile's key, so one pair per compile): ``scanweaver::fwd_<key>`` runs the forward,
+``scanweaver::bwd_<key>`` the adjoint scan of :func:`explorer.autodiff.grad`, and the forward's
+autograd formula (``register_autograd``) calls the adjoint then computes the gradients with torch
+elementwise operations.  Both have a fake implementation (``register_fake``: output shapes from
+input shapes), so the op works in eager mode and inside ``torch.compile``, forward and backward.
+
+Where it runs: on the tensors' device.  CUDA tensors run the PTX kernels through CuPy on torch's
+current stream (no synchronisation); CPU tensors run the same kernels as host code
+(``target="cpu"``); a compile for the other target is made on first use.  The kernels compute in
+float32: float32 tensors run them.  float64 tensors run the float64 reference of the same
+recurrence and of the same adjoint recurrence instead (:func:`explorer.reference`, NumPy on the
+host; slow, for checking the derivation, for instance with ``torch.autograd.gradcheck``), and
+the results are float64.  Other dtypes are refused.
+
+Saved for backward: the tensors given (inputs, parameters, initial states) and the forward's
+state outputs; everything else is recomputed (see :mod:`explorer.autodiff`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from explorer.autodiff import Backward, Ops, grad, gradients
+from explorer.frontend.names import h0_name
+
+if TYPE_CHECKING:
+    from explorer.compiler import Compiled
+    from explorer.frontend.recurrence import Recurrence
+
+#: the namespace of the operators
+NAMESPACE = "scanweaver"
+
+_OPS: dict[str, RecurrenceOp] = {}
+_LOCK = threading.Lock()
+
+
+def torch_op(compiled: Compiled) -> RecurrenceOp:
+    """The differentiable torch operator of a compile (one per compile key, made once)."""
+    with _LOCK:
+        op = _OPS.get(compiled.key)
+        if op is None:
+            op = RecurrenceOp(compiled)
+            _OPS[compiled.key] = op
+        return op
+
+
+class TorchOps(Ops):
+    """The array operations of the gradient formulas, on torch tensors."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+
+    def exp(self, x: Any) -> Any:
+        return self.torch.exp(x)
+
+    def log(self, x: Any) -> Any:
+        return self.torch.log(x)
+
+    def tanh(self, x: Any) -> Any:
+        return self.torch.tanh(x)
+
+    def abs(self, x: Any) -> Any:
+        return self.torch.abs(x)
+
+    def sign(self, x: Any) -> Any:
+        return self.torch.sign(x)
+
+    def sqrt(self, x: Any) -> Any:
+        return self.torch.sqrt(x)
+
+    def power(self, x: Any, p: float) -> Any:
+        return self.torch.pow(x, p)
+
+    def maximum(self, x: Any, y: Any) -> Any:
+        if isinstance(x, float):
+            return self.torch.clamp_min(y, x)
+        if isinstance(y, float):
+            return self.torch.clamp_min(x, y)
+        return self.torch.maximum(x, y)
+
+    def minimum(self, x: Any, y: Any) -> Any:
+        if isinstance(x, float):
+            return self.torch.clamp_max(y, x)
+        if isinstance(y, float):
+            return self.torch.clamp_max(x, y)
+        return self.torch.minimum(x, y)
+
+    def sum(self, x: Any, axis: int) -> Any:
+        return x.sum(dim=axis, keepdim=True)
+
+    def cat(self, parts: list[Any]) -> Any:
+        return self.torch.cat(parts, dim=-1)
+
+    def broadcast(self, x: Any, shape: tuple[int, ...]) -> Any:
+        return x.expand(shape)
+
+    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
+        return like.new_zeros(shape)
+
+    def flip(self, x: Any) -> Any:
+        return self.torch.flip(x, dims=[-1])
+
+    def shape(self, x: Any) -> tuple[int, ...]:
+        return tuple(x.shape)
+
+
+class _Specs:
+    """The arguments and results of one compiled recurrence, in the order of its operator."""
+
+    def __init__(self, rec: Recurrence) -> None:
+        self.rec = rec
+        #: name -> (indexed by time, indexed by n)
+        self.args = [(n, True, n in rec.lane_names) for n in rec.inputs]
+        self.args += [(n, False, n in rec.lane_names) for n in rec.params]
+        self.h0 = [(h0_name(s), False, rec.vector) for s in rec.states]
+        self.outputs = list(rec.states) + list(rec.readouts)
+        self.lane_outputs = {s for s in rec.states if rec.vector}
+        #: no input indexed by time: the length is an argument
+        self.needs_length = not rec.inputs
+
+    @property
+    def names(self) -> list[str]:
+        return [a[0] for a in self.args + self.h0]
+
+    def schema(self) -> str:
+        params = [f"Tensor a{i}" for i in range(len(self.args))]
+        params += [f"Tensor? s{i}" for i in range(len(self.h0))]
+        if self.needs_length:
+            params.append("SymInt length")
+        outs = "Tensor" if len(self.outputs) == 1 else \
+            "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+        return f"({', '.join(params)}) -> {outs}"
+
+    def sizes(self, values: Sequence[Any], length: Any = None) -> tuple[tuple[Any, ...], Any,
+                                                                           Any]:
+        """(batch, N, L) from the tensors' shapes (broadcast like the runtime does)."""
+        import torch
+
+        batches, N, L = [], None, length
+        for (name, timed, lane), x in zip(self.args + self.h0, values):
+            if x is None:
+                continue
+            shape = list(x.shape)
+            need = int(timed) + int(lane)
+            if len(shape) < need:
+                raise ValueError(f"{name} has shape {tuple(shape)}, too few axes")
+            if timed:
+                L = shape.pop()
+            if lane:
+                N = shape.pop()
+            batches.append(tuple(shape))
+        if L is None:
+            raise ValueError("no input is indexed by time: pass L=")
+        batch = tuple(torch.broadcast_shapes(*batches)) if batches else ()
+        return batch, (N if N is not None else 1), L
+
+
+def _dtype(values: Sequence[Any]) -> Any:
+    """float64 when any tensor is, float32 when all are; other dtypes are refused."""
+    import torch
+
+    dtypes = {x.dtype for x in values if x is not None}
+    bad = dtypes - {torch.float32, torch.float64}
+    if bad:
+        raise TypeError(f"the recurrence takes float32 tensors (float64 runs the float64 "
+                        f"reference), got {', '.join(str(d) for d in sorted(bad, key=str))}")
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def _device(values: Sequence[Any]) -> Any:
+    devices = {x.device for x in values if x is not None}
+    if len(devices) > 1:
+        raise ValueError(f"the tensors are on several devices: {sorted(map(str, devices))}")
+    return next(iter(devices))
+
+
+def _flip(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x[..., ::-1])
+
+
+class _Runner:
+    """Runs one recurrence (the forward or the adjoint) on real tensors."""
+
+    def __init__(self, specs: _Specs, reverse: bool,
+                 compiled_for: Callable[[str], Compiled]) -> None:
+        self.specs = specs
+        self.reverse = reverse
+        self.compiled_for = compiled_for
+
+    def shapes(self, values: Sequence[Any], length: Any = None) -> list[tuple[Any, ...]]:
+        batch, N, L = self.specs.sizes(values, length)
+        return [(*batch, N, L) if o in self.specs.lane_outputs else (*batch, L)
+                for o in self.specs.outputs]
+
+    def fake(self, *args: Any) -> Any:
+        values, length = self._split(args)
+        dtype, device = _dtype(values), _device(values)
+        first = next(x for x in values if x is not None)
+        outs = [first.new_empty(s, dtype=dtype, device=device)
+                for s in self.shapes(values, length)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __call__(self, *args: Any) -> Any:
+        import torch
+
+        values, length = self._split(args)
+        dtype, device = _dtype(values), _device(values)
+        names = self.specs.names
+        given = {n: x for n, x in zip(names, values) if x is not None}
+        L = int(length) if length is not None else None
+        if dtype == torch.float64:
+            outs = self._reference(given, L)
+            res = [torch.from_numpy(outs[o]).to(device) for o in self.specs.outputs]
+        elif device.type == "cuda":
+            res = self._cuda(given, L)
+        else:
+            c = self.compiled_for("cpu")
+            arrays = {n: x.detach().numpy() for n, x in given.items()}
+            out = c(device="cpu", L=L, **arrays)
+            out = out if isinstance(out, dict) else {self.specs.outputs[0]: out}
+            res = [torch.from_numpy(np.ascontiguousarray(out[o])) for o in self.specs.outputs]
+        return res[0] if len(res) == 1 else tuple(res)
+
+    def _split(self, args: Sequence[Any]) -> tuple[list[Any], Any]:
+        if self.specs.needs_length:
+            return list(args[:-1]), args[-1]
+        return list(args), None
+
+    def _reference(self, given: dict[str, Any], L: int | None) -> dict[str, np.ndarray]:
+        """float64: the sequential float64 reference (a reverse scan as the forward scan of the
+        flipped sequence)."""
+        from explorer.groundtruth import reference
+
+        rec = self.specs.rec
+        arrays = {n: x.detach().cpu().numpy().astype(np.float64) for n, x in given.items()}
+        if self.reverse:
+            arrays = {n: (_flip(v) if n in rec.inputs else v) for n, v in arrays.items()}
+        out = reference(rec, L=L, **arrays)
+        out = out if isinstance(out, dict) else {self.specs.outputs[0]: out}
+        return {k: (_flip(v) if self.reverse else np.array(v, dtype=np.float64))
+                for k, v in out.items()}
+
+    def _cuda(self, given: dict[str, Any], L: int | None) -> list[Any]:
+        """The PTX kernels through CuPy, on torch's current stream, without synchronising."""
+        import torch
+
+        kernel: Any = self.compiled_for("cuda").runner("cuda")
+        # broadcast views (stride 0) are laid out once here; the runtime marshals them to the
+        # same contiguous layout anyway
+        given = {n: x.contiguous() for n, x in given.items()}
+        run = kernel.prepare(L=L, **given)   # picks torch's current stream for torch tensors
+        run.launch()
+        res = []
+        with run.stream if run.stream is not None else nullcontext():
+            for o in self.specs.outputs:
+                arr = run.outputs[o]
+                lane = o in self.specs.lane_outputs
+                shape = (*run.batch, run.N, run.L) if lane else (*run.batch, run.L)
+                res.append(torch.from_dlpack(arr.reshape(shape)))
+        return res
+
+
+class RecurrenceOp:
+    """A compiled recurrence as a differentiable torch operator (see the module docstring)."""
+
+    def __init__(self, compiled: Compiled) -> None:
+        import torch
+
+        self.compiled = compiled
+        rec = compiled.recurrence
+        self.backward: Backward = grad(rec)
+        self.reverse = bool(compiled.options.get("reverse", False))
+        self.specs = _Specs(rec)
+        self.adjoint_specs = _Specs(self.backward.recurrence)
+        self._compiles: dict[tuple[str, str], Compiled] = {}
+        self._compile_lock = threading.Lock()
+        self.ops = TorchOps()
+        key = compiled.key
+        forward = _Runner(self.specs, self.reverse, self._forward_for)
+        adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for)
+        self.forward_op = torch.library.custom_op(
+            f"{NAMESPACE}::fwd_{key}", _function(forward), mutates_args=(),
+            schema=self.specs.schema())
+        self.forward_op.register_fake(_function(forward.fake))
+        self.adjoint_op = torch.library.custom_op(
+            f"{NAMESPACE}::bwd_{key}", _function(adjoint), mutates_args=(),
+            schema=self.adjoint_specs.schema())
+        self.adjoint_op.register_fake(_function(adjoint.fake))
+        self.forward_op.register_autograd(self._backward, setup_context=self._setup)
+        params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                  for n, _, _ in self.specs.args]
+        params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+                   for n, _, _ in self.specs.h0]
+        params.append(inspect.Parameter("L", inspect.Parameter.KEYWORD_ONLY, default=None))
+        self.__signature__ = inspect.Signature(params)
+
+    def __repr__(self) -> str:
+        args = ", ".join(self.specs.names)
+        return (f"RecurrenceOp({NAMESPACE}::fwd_{self.compiled.key}({args}) -> "
+                f"{', '.join(self.specs.outputs)})")
+
+    # -- calling -------------------------------------------------------------------------------
+    def __call__(self, *args: Any, L: int | None = None, **kwargs: Any) -> Any:
+        names = [n for n, _, _ in self.specs.args]
+        if len(args) > len(names):
+            raise TypeError(f"{len(args)} positional tensors given, the recurrence takes "
+                            f"{len(names)} ({', '.join(names)}); give initial states by name")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k in given:
+                raise TypeError(f"{k} given twice")
+            given[k] = v
+        known = set(self.specs.names)
+        extra = sorted(set(given) - known)
+        if extra:
+            raise TypeError(f"unexpected tensors: {', '.join(extra)} (the recurrence takes "
+                            f"{', '.join(self.specs.names)})")
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise TypeError(f"missing tensors: {', '.join(missing)}")
+        values: list[Any] = [given.get(n) for n in self.specs.names]
+        if self.specs.needs_length:
+            if L is None:
+                raise TypeError("no input is indexed by time: pass L=")
+            values.append(L)
+        elif L is not None:
+            raise TypeError("L is given by the inputs' last axis")
+        out = self.forward_op(*values)
+        outs = out if isinstance(out, tuple) else (out,)
+        if len(outs) == 1:
+            return outs[0]
+        return dict(zip(self.specs.outputs, outs))
+
+    # -- the compiles --------------------------------------------------------------------------
+    def _options(self) -> dict[str, Any]:
+        return {k: v for k, v in self.compiled.options.items()
+                if k not in ("strategy", "target", "reverse")}
+
+    def _forward_for(self, target: str) -> Compiled:
+        if target == self.compiled.target or target == "cpu":
+            return self.compiled   # a CUDA compile runs on the host too (compiled there)
+        return self._cached(("forward", target), lambda: _compile(
+            self.compiled.recurrence, target, self.compiled.strategy,
+            reverse=self.reverse, **self._options()))
+
+    def _adjoint_for(self, target: str) -> Compiled:
+        return self._cached(("adjoint", target), lambda: self.backward.compile(
+            target=target, strategy=self.compiled.strategy, **self._options()))
+
+    def _cached(self, key: tuple[str, str], make: Callable[[], Compiled]) -> Compiled:
+        with self._compile_lock:
+            hit = self._compiles.get(key)
+            if hit is None:
+                hit = make()
+                self._compiles[key] = hit
+            return hit
+
+    # -- autograd ------------------------------------------------------------------------------
+    def _setup(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        outs = output if isinstance(output, tuple) else (output,)
+        n = len(self.specs.names)
+        tensors = list(inputs[:n])
+        ctx.present = [x is not None for x in tensors]
+        states = [outs[self.specs.outputs.index(s)] for s in self.specs.rec.states]
+        ctx.save_for_backward(*[x for x in tensors if x is not None], *states)
+
+    def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        saved = list(ctx.saved_tensors)
+        names = self.specs.names
+        given = [n for n, p in zip(names, ctx.present) if p]
+        arrays = dict(zip(given, saved[:len(given)]))
+        states = dict(zip(self.specs.rec.states, saved[len(given):]))
+        cotangents = {o: g for o, g in zip(self.specs.outputs, grads) if g is not None}
+        needs = getattr(ctx, "needs_input_grad", None) or [True] * len(names)
+        needed = {n for n, need in zip(names, needs) if need and n in arrays}
+        dtype = next(iter(states.values())).dtype
+        work = {n: (x.to(dtype) if x.dtype != dtype else x) for n, x in arrays.items()}
+        cots = {o: (g.to(dtype) if g.dtype != dtype else g) for o, g in cotangents.items()}
+        res = gradients(self.backward, self.ops, work, states, cots, self._adjoint,
+                        reverse=self.reverse, needed=needed)
+        out: list[Any] = []
+        for n in names:
+            g = res.get(n)
+            out.append(g.to(arrays[n].dtype) if g is not None else None)
+        if self.specs.needs_length:
+            out.append(None)
+        return tuple(out)
+
+    def _adjoint(self, call: dict[str, Any]) -> dict[str, Any]:
+        values: list[Any] = [call[n] for n in self.adjoint_specs.names if n in call]
+        values += [None] * (len(self.adjoint_specs.names) - len(values))
+        out = self.adjoint_op(*values)
+        outs = out if isinstance(out, tuple) else (out,)
+        return dict(zip(self.adjoint_specs.outputs, outs))
+
+
+def _function(f: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function around a bound method (what ``custom_op`` wraps)."""
+
+    def run(*args: Any) -> Any:
+        return f(*args)
+
+    return run
+
+
+def _compile(rec: Recurrence, target: str, strategy: str, **options: Any) -> Compiled:
+    from explorer.compiler import compile as compile_
+
+    return compile_(rec, target=target, strategy=strategy, **options)
