@@ -145,7 +145,7 @@ def _report(ptx: str, chip: str) -> dict[str, dict[str, int]]:
 
 def ptxas_info(ptx: str, chip: str) -> dict[str, Any]:
     """Registers, spills and shared memory of the main kernel (a flat dict). Other kernels of
-    the module (a readout kernel) are listed under ``other_kernels``.
+    the module (chunk reduce and carry, a readout) are listed under ``other_kernels``.
 
     Never raises: when ptxas is missing or cannot assemble for ``chip`` the record is
     ``{"unavailable": "<one line saying why>"}`` (the PTX itself is unaffected).
@@ -156,12 +156,15 @@ def ptxas_info(ptx: str, chip: str) -> dict[str, Any]:
         return {"unavailable": str(err)}
     if not report:
         return {"unavailable": "ptxas reported no entry function"}
-    names = sorted(report, key=lambda n: n.endswith("_readout"))
-    main = names[0]
+    # the helper kernels extend the main kernel's name (scanweaver_blelloch_reduce beside
+    # scanweaver_blelloch), whatever order the module lists them in
+    helper = ("_reduce", "_carry", "_readout")
+    main = min(report, key=lambda n: (n.endswith(helper), len(n), n))
     info: dict[str, Any] = {"kernel": main, **report[main]}
-    if len(names) > 1:
+    others = [n for n in report if n != main]
+    if others:
         info["other_kernels"] = ", ".join(
-            f"{n} ({report[n]['registers']} registers)" for n in names[1:])
+            f"{n} ({report[n]['registers']} registers)" for n in others)
     return info
 
 
