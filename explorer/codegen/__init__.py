@@ -16,8 +16,8 @@ from explorer.codegen.options import Options, validate
 __all__ = ["BuiltModule", "KernelSpec", "Lowered", "Options", "PassRecord", "build_module",
            "kernel_args", "lower", "source_digest", "tool_versions", "validate"]
 
-_LAZY = {"BuiltModule": "kernels", "KernelSpec": "kernels", "build_module": "kernels",
-         "kernel_args": "kernels", "Lowered": "pipeline", "PassRecord": "records",
+_LAZY = {"BuiltModule": "contract", "KernelSpec": "contract", "build_module": "kernels",
+         "kernel_args": "contract", "Lowered": "pipeline", "PassRecord": "records",
          "lower": "pipeline"}
 
 
@@ -51,7 +51,8 @@ def source_digest() -> str:
     """
     root = Path(__file__).resolve().parent.parent
     files = sorted([*root.glob("frontend/*.py"), *root.glob("passes/*.py"),
-                    *root.glob("codegen/*.py"), root / "compiler.py"])
+                    *root.glob("dialect/*.py"), *root.glob("codegen/*.py"),
+                    root / "compiler.py"])
     h = hashlib.sha256()
     for f in files:
         h.update(f.relative_to(root).as_posix().encode())

@@ -30,7 +30,7 @@ from mlir.dialects import gpu, llvm
 from mlir.ir import Context, Location, Module
 from mlir.passmanager import PassManager
 
-from explorer.codegen.kernels import BuiltModule
+from explorer.codegen.contract import BuiltModule
 from explorer.codegen.locations import split_locations
 from explorer.codegen.options import Options
 from explorer.codegen.records import PassRecord
@@ -109,9 +109,12 @@ def cuda_steps(options: Options) -> list[Step]:
         Step("cse (gpu.module)", _gpu("cse")),
         Step("reconcile-unrealized-casts (gpu.module)", _gpu("reconcile-unrealized-casts")),
         Step("gpu-to-llvm", _top("gpu-to-llvm{use-bare-pointers-for-kernels=1}")),
-        # line tables from the ops' locations: the PTX's .loc lines name recurrence columns
+        # .file/.loc directives from the ops' locations (the PTX's .loc lines name recurrence
+        # columns); DebugDirectivesOnly, not LineTablesOnly: the latter marks the PTX
+        # `.target sm_90, debug`, which ptxas compiles unoptimised (255 registers and spills
+        # where 114 and none without)
         Step("ensure-debug-info-scope-on-llvm-func",
-             _top("ensure-debug-info-scope-on-llvm-func{emission-kind=LineTablesOnly}")),
+             _top("ensure-debug-info-scope-on-llvm-func{emission-kind=DebugDirectivesOnly}")),
         Step("gpu-module-to-binary", _top("gpu-module-to-binary{format=isa}")),
         Step("convert-math-to-llvm", _top("convert-math-to-llvm")),
         Step("canonicalize (host)", _top("canonicalize")),

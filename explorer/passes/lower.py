@@ -25,7 +25,7 @@ NAME = "scan-lower"
 def term_locations(rec: Any) -> Any:
     """MLIR locations of the recurrence's terms: each statement (its first column) and each
     name where it is first used, ``loc("recurrence":line:col)``."""
-    from explorer.codegen.kernels import Locations
+    from explorer.codegen.gen import Locations
     from explorer.frontend.recurrence import Ref, walk
 
     names: dict[str, Any] = {}

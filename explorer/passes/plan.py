@@ -114,7 +114,8 @@ def sweeps_of(tree: str, threads: int) -> tuple[Sweep, ...]:
 
 def choose_plan(form: Any, options: Any) -> Plan:
     """The plan for ``form`` under ``options`` (what ``scan-plan`` writes as ops)."""
-    from explorer.codegen.kernels import CHUNK_FILL, UNCHUNKED_FROM, seq_layout
+    from explorer.codegen.contract import CHUNK_FILL, UNCHUNKED_FROM
+    from explorer.codegen.lower_sequential import seq_layout
 
     o = options
     direction = "reverse" if o.reverse else "forward"
@@ -129,7 +130,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
 
 def write_plan(plan: Plan) -> None:
     """The ops of ``plan`` at the current insertion point."""
-    from explorer.codegen.kernels import WARP
+    from explorer.codegen.threads import WARP
 
     if plan.tree in TREES:
         scan.create("thread", {"elements": plan.elements})

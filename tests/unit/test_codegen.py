@@ -159,7 +159,7 @@ def test_sequential_cuda_ir() -> None:
 
 
 def test_sequential_vector_stages_channel_inputs_once() -> None:
-    from explorer.codegen.kernels import seq_layout
+    from explorer.codegen.lower_sequential import seq_layout
 
     lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda"))
     assert lay.inputs == ("dt", "B", "x")
@@ -219,9 +219,9 @@ CUDA_PASSES = [
     "convert-nvgpu-to-nvvm", "gpu-kernel-outlining", "convert-vector-to-scf",
     "convert-scf-to-cf", "convert-nvvm-to-llvm", "convert-func-to-llvm",
     "expand-strided-metadata", "nvvm-attach-target", "lower-affine", "convert-arith-to-llvm",
-    "convert-index-to-llvm", "canonicalize", "cse", "strip-debuginfo", "convert-gpu-to-nvvm",
+    "convert-index-to-llvm", "canonicalize", "cse", "convert-gpu-to-nvvm",
     "canonicalize (gpu.module)", "cse (gpu.module)", "reconcile-unrealized-casts (gpu.module)",
-    "gpu-to-llvm", "gpu-module-to-binary", "convert-math-to-llvm", "canonicalize (host)",
+    "gpu-to-llvm", "ensure-debug-info-scope-on-llvm-func", "gpu-module-to-binary", "convert-math-to-llvm", "canonicalize (host)",
     "cse (host)", "reconcile-unrealized-casts"]
 
 

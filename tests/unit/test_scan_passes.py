@@ -113,6 +113,9 @@ def test_locations_reach_the_ops_and_the_ptx() -> None:
     # the readout's sum over lanes comes from line 2
     assert "2:1" in lines and "ptx" in lines["2:1"]
     assert ".file" in c.ptx and '"recurrence"' in c.ptx
+    # line directives only: a `debug` target would make ptxas compile without optimising
+    target = next(line for line in ptx if line.startswith(".target"))
+    assert "debug" not in target
 
 
 def test_the_shown_ir_is_the_module_without_its_locations() -> None:

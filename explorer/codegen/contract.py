@@ -1,0 +1,138 @@
+"""The kernel contract as the lowering writes it: the kernels of a compile in launch order with
+their geometry (:class:`KernelSpec`), the arguments in parameter order (:func:`kernel_args`), and
+the rule that picks the chunk length of each call (:func:`chunk_rule`). The runtimes read it from
+the manifest (:mod:`explorer.runtime.artifact`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from explorer.codegen.emit import (
+    Algebra,
+)
+from explorer.codegen.options import Options
+from explorer.frontend.names import AGGREGATES, CARRIES, TIME_CHUNK, h0_name
+
+KERNEL_PREFIX = "scanweaver"
+
+
+#: the readout kernel's time_chunk, in blocks of threads: with N lanes a block covers about
+#: READOUT_CHUNK_TILES * block_size / N steps
+READOUT_CHUNK_TILES = 16
+
+
+#: the host functions of the CPU target that emulate one kernel's grid end with this
+GRID_SUFFIX = "_grid"
+
+
+#: chunk rule, in units of the device's resident-block slots (SMs x blocks/SM): blocks wanted
+#: when chunking, and the sequences from which each runs whole in one block. Measured on an
+#: H200 (bench/kernel_speed.py, 2112 slots; ratio to copy, unchunked against the best chunked):
+#: 16 sequences 0.05 / 0.53, 256: 0.64 / 0.56, 512: 0.85 / 0.56, 1024: 0.83 / 0.52; chunked,
+#: 1 to 4 times the slots in blocks are within a few percent of each other
+CHUNK_FILL = 2.0
+
+
+UNCHUNKED_FROM = 0.1
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel of the module and how to launch it (block, grid rule, shared memory)."""
+
+    name: str
+    role: str                     # "scan", "reduce", "carry" or "readout"
+    block: tuple[int, int, int]
+    sequences_per_block: int      # grid_x = ceil(C * N / sequences_per_block) [* chunks]
+    shared_bytes: int = 0         # dynamic shared memory to pass at launch
+    static_shared_bytes: int = 0  # shared memory declared in the kernel itself
+    # an int, or TIME_CHUNK: the value of the size argument of that name (chosen per call)
+    time_chunk: int | str | None = None  # grid_x *= ceil(L / time_chunk); block = seq*chunks+k
+    launch_when_longer_than: int | str | None = None  # launched only when L > this
+    min_blocks_per_sm: int = 0    # occupancy asked of ptxas (0: none)
+
+    def manifest(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "block": list(self.block),
+                               "sequences_per_block": self.sequences_per_block,
+                               "shared_bytes": self.shared_bytes}
+        if self.time_chunk is not None:
+            out["time_chunk"] = self.time_chunk
+        if self.launch_when_longer_than is not None:
+            out["launch_when_longer_than"] = self.launch_when_longer_than
+        return out
+
+    def grid(self, C: int, N: int, L: int, time_chunk: int | None = None) -> int:
+        """grid_x of one launch (0: not launched), the rule the runtime follows;
+        ``time_chunk``: the per-call value, for the kernels that take it."""
+        def value(v: int | str | None) -> int | None:
+            if isinstance(v, str):
+                if time_chunk is None:
+                    raise ValueError(f"{self.name}: give the time_chunk of the call")
+                return time_chunk
+            return v
+        longer = value(self.launch_when_longer_than)
+        if longer is not None and L <= longer:
+            return 0
+        blocks = -(-(C * N) // self.sequences_per_block)
+        chunk = value(self.time_chunk)
+        if chunk is not None:
+            blocks *= -(-L // chunk)
+        return blocks
+
+
+@dataclass
+class BuiltModule:
+    """The MLIR module of one compile, as text, with what a launcher needs to know."""
+
+    text: str
+    kernel_name: str                  # the scan kernel (cuda) or host function (cpu)
+    args: list[dict[str, Any]]        # manifest "args", in kernel parameter order
+    block: tuple[int, int, int]
+    sequences_per_block: int
+    shared_bytes: int
+    target: str = "cuda"
+    kernels: list[KernelSpec] = field(default_factory=list)   # launch in this order
+    static_shared_bytes: int = 0
+    seconds: float = 0.0
+
+
+def kernel_args(form: Any, options: Options | None = None, grid: Any = None
+                ) -> list[dict[str, Any]]:
+    """The manifest ``args`` of the kernel ABI, in parameter order (workspaces last)."""
+    lanes = set(form.recurrence.lane_names)
+    out: list[dict[str, Any]] = []
+    for name in form.inputs:
+        out.append({"name": name, "role": "input", "timed": True, "lane": name in lanes,
+                    "dtype": "float32"})
+    for name in form.params:
+        out.append({"name": name, "role": "param", "timed": False, "lane": name in lanes,
+                    "dtype": "float32"})
+    for state in form.recurrence.states:
+        out.append({"name": h0_name(state), "role": "h0", "timed": False,
+                    "lane": bool(form.vector), "dtype": "float32"})
+    for name in form.outputs:
+        out.append({"name": name, "role": "output", "timed": True,
+                    "lane": bool(form.output_is_lane(name)), "dtype": "float32"})
+    for name in ("C", "N", "L"):
+        out.append({"name": name, "role": "size", "timed": False, "lane": False,
+                    "dtype": "int64"})
+    if options is not None and options.strategy != "sequential":
+        alg = Algebra(form.A)
+        for name, per in ((AGGREGATES, alg.width), (CARRIES, alg.S)):
+            out.append({"name": name, "role": "workspace", "timed": False, "lane": False,
+                        "dtype": "float32", "per_chunk": per, "time_chunk": TIME_CHUNK})
+        out.append({"name": TIME_CHUNK, "role": "size", "timed": False, "lane": False,
+                    "dtype": "int64", "chunk_rule": chunk_rule(options, grid)})
+    return out
+
+
+def chunk_rule(options: Options, grid: Any = None) -> dict[str, Any]:
+    """The manifest's rule for the per-call ``time_chunk`` (whole tiles; when chunking, never
+    fewer than ``chunk_tiles`` tiles a chunk): the plan's ``scan.grid`` when given."""
+    if grid is not None:
+        return {"tile": grid.tile, "min_tiles": grid.min_tiles, "fill": grid.fill,
+                "unchunked_from": grid.unchunked_from}
+    return {"tile": options.tile, "min_tiles": options.chunk_tiles, "fill": CHUNK_FILL,
+            "unchunked_from": UNCHUNKED_FROM}

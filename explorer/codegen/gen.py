@@ -1,0 +1,224 @@
+"""What every level of the lowering shares: a sequence's indices and parameters, the loads of
+its timed inputs (forwards or backwards in time), the scan element at a position, the outputs
+from the state, and the readouts; each op located at the recurrence term it comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+from mlir.dialects import arith, memref
+from mlir.ir import (
+    Value,
+)
+
+from explorer.codegen.emit import (
+    Algebra,
+    Element,
+    ExprEmitter,
+    add_i,
+    cf,
+    ci,
+    mul_i,
+)
+from explorer.codegen.options import Options
+from explorer.codegen.threads import for_loop
+from explorer.errors import CompileError
+from explorer.frontend.names import h0_name
+
+
+@dataclass(frozen=True)
+class Locations:
+    """Where the kernels' ops come from in the recurrence: MLIR locations of each name's first
+    use and of each statement (see :mod:`explorer.passes.lower`)."""
+
+    names: dict[str, Any] = field(default_factory=dict)
+    statements: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Seq:
+    """Index values and hoisted parameters of one sequence (c, n)."""
+
+    c: Value
+    n: Value
+    timed_base: dict[str, Value]
+    params: dict[str, Value]
+    state_base: Value          # offset of (c, n, t=0) in a lane-wide output / (c, 0) otherwise
+    readout_base: Value        # offset of (c, t=0) in a readout
+
+
+@dataclass
+class Stream:
+    """A row of a timed array read or written by position: ``array[row + t]``, or
+    ``array[row + last - t]`` when ``last`` (L - 1) is given: a scan backwards in time."""
+
+    array: Value
+    row: Value
+    last: Value | None = None
+    loc: Any = None       # the location of the term that reads it, for its loads
+
+    def load(self, t: Value) -> Value:
+        with self.loc or nullcontext():
+            return memref.load(self.array, [self.at(t)])
+
+    def at(self, t: Value) -> Value:
+        return add_i(self.row, t if self.last is None else arith.subi(self.last, t))
+
+
+class Gen:
+    """Emits the pieces shared by every strategy and target."""
+
+    def __init__(self, form: Any, options: Options, arrays: dict[str, Value],
+                 C: Value, N: Value, L: Value) -> None:
+        self.form = form
+        self.options = options
+        #: the levels of the block tree, read from the plan
+        self.sweeps: tuple[Any, ...] = ()
+        #: the plan scans backwards in time: position t of the scan is time L - 1 - t
+        self.reverse = False
+        #: locations in the recurrence: of a name's first use, and of each statement
+        self.locs: dict[str, Any] = {}
+        self.statement_locs: dict[str, Any] = {}
+        self.alg = Algebra(form.A)
+        self.arrays = arrays
+        self.C, self.N, self.L = C, N, L
+        #: the per-call chunk length (Blelloch), set when the arguments are bound
+        self.Tc: Value | None = None
+        self.lanes = set(form.recurrence.lane_names)
+        self.timed = set(form.inputs)
+        self.states = tuple(form.recurrence.states)
+        self.state_index = {sym: i for i, sym in enumerate(form.state_symbols)}
+        self.state_out = {s: form.components.index((s, 0)) for s in self.states}
+        self.readouts = dict(form.readouts)
+        self.coeff_names = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
+        self.readout_names = {s.name for e in self.readouts.values() for s in e.free_symbols
+                              if s not in self.state_index}
+        for name in self.coeff_names:
+            if name not in self.arrays:
+                raise CompileError(f"the coefficients use {name!r}, which is neither an input "
+                                   "nor a parameter")
+        # readouts computed with the state (no lane axis); vector ones get their own kernel
+        self.scan_readouts = {} if form.vector else self.readouts
+        used = set(self.coeff_names)
+        if self.scan_readouts:
+            used |= self.readout_names
+        #: timed inputs a scan kernel reads, in a fixed order, and the parameters
+        self.scan_inputs = [n for n in form.inputs if n in used]
+        self.scan_params = {n for n in used if n not in self.timed}
+        #: timed inputs the coefficients alone read (the reduce kernel)
+        self.coeff_inputs = [n for n in form.inputs if n in self.coeff_names]
+        #: outputs of a scan kernel: the states, then the readouts computed with them
+        self.scan_outputs = [*self.states, *self.scan_readouts]
+
+    # -- sequence setup ---------------------------------------------------------------------
+    def seq(self, c: Value, n: Value, names: set[str]) -> Seq:
+        lane_row = add_i(mul_i(c, self.N), n)
+        timed_base: dict[str, Value] = {}
+        params: dict[str, Value] = {}
+        for name in sorted(names):
+            if name in self.timed:
+                timed_base[name] = mul_i(lane_row if name in self.lanes else c, self.L)
+            elif name in self.arrays:
+                at = lane_row if name in self.lanes else c
+                with self.loc(name):
+                    params[name] = memref.load(self.arrays[name], [at])
+            else:
+                raise CompileError(f"the coefficients use {name!r}, which is neither an input "
+                                   "nor a parameter")
+        state_base = mul_i(lane_row if self.form.vector else c, self.L)
+        return Seq(c, n, timed_base, params, state_base, mul_i(c, self.L))
+
+    def loc(self, name: str) -> Any:
+        """The location of ``name``'s term in the recurrence (a context for the ops that
+        read it), or no change."""
+        return self.locs.get(name) or nullcontext()
+
+    def at(self, row_start: Value, t: Value) -> Value:
+        """Index of scan position ``t`` in a timed row starting at ``row_start``."""
+        return add_i(row_start, arith.subi(arith.subi(self.L, ci(1)), t) if self.reverse else t)
+
+    def value(self, seq: Seq, name: str, t: Value) -> Value:
+        if name in seq.timed_base:
+            with self.loc(name):
+                return memref.load(self.arrays[name], [self.at(seq.timed_base[name], t)])
+        return seq.params[name]
+
+    def initial_state(self, seq: Seq) -> list[Value]:
+        """The state vector before t = 0: h0 for ``h[t-1]``, zero for older lags."""
+        at = add_i(mul_i(seq.c, self.N), seq.n) if self.form.vector else seq.c
+        out = []
+        for name, lag in self.form.components:
+            if lag == 0:
+                out.append(memref.load(self.arrays[h0_name(name)], [at]))
+            else:
+                out.append(cf(0.0))
+        return out
+
+    def _last(self) -> Value | None:
+        return arith.subi(self.L, ci(1)) if self.reverse else None
+
+    def in_streams(self, seq: Seq, names: Sequence[str]) -> list[Stream]:
+        return [Stream(self.arrays[n], seq.timed_base[n], self._last(), self.locs.get(n))
+                for n in names]
+
+    def out_streams(self, seq: Seq) -> list[Stream]:
+        last = self._last()
+        return ([Stream(self.arrays[s], seq.state_base, last) for s in self.states]
+                + [Stream(self.arrays[r], seq.readout_base, last) for r in self.scan_readouts])
+
+    def leaf_from(self, seq: Seq, timed: Callable[[str], Value]) -> Element:
+        """Element (A_t, b_t); ``timed(name)`` gives the value of a timed input at t."""
+        def lookup(s: sympy.Symbol) -> Value:
+            return timed(s.name) if s.name in self.timed else seq.params[s.name]
+        return self.alg.leaf(self.form.A, self.form.b, ExprEmitter(lookup))
+
+    def outputs_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
+                   ) -> list[Value]:
+        """Values of :attr:`scan_outputs` at one position from the state there."""
+        out = [h[self.state_out[s]] for s in self.states]
+        for name, expr in self.scan_readouts.items():
+            def lookup(sym: sympy.Symbol) -> Value:
+                if sym in self.state_index:
+                    return h[self.state_index[sym]]
+                return timed(sym.name) if sym.name in self.timed else seq.params[sym.name]
+            with self.statement_locs.get(name) or nullcontext():
+                out.append(ExprEmitter(lookup)(expr))
+        return out
+
+    def lane_readout(self, c: Value, t: Value) -> None:
+        """Readouts of a vector recurrence at (c, t): sums over the N lanes of channel c."""
+        csq = self.seq(c, ci(0), {n for n in self.readout_names if n not in self.lanes})
+
+        def outer(sym: sympy.Symbol) -> Value:
+            if sym in self.state_index or sym.name in self.lanes:
+                raise CompileError(f"readout uses {sym} outside sum(...): a lane-indexed value "
+                                   "must be summed over n")
+            return self.value(csq, sym.name, t)
+
+        def lane_sum(arg: sympy.Expr) -> Value:
+            def body(m: Value, acc: list[Value]) -> list[Value]:
+                msq = self.seq(c, m, {s.name for s in arg.free_symbols
+                                      if s not in self.state_index})
+                lane_row = add_i(mul_i(c, self.N), m)
+
+                def inner(sym: sympy.Symbol) -> Value:
+                    if sym in self.state_index:
+                        name, lag = self.form.components[self.state_index[sym]]
+                        if lag != 0:
+                            raise CompileError(f"readout reads {sym}: only the current state "
+                                               "can be read in a lane sum")
+                        return memref.load(self.arrays[name],
+                                           [self.at(mul_i(lane_row, self.L), t)])
+                    return self.value(msq, sym.name, t)
+                return [arith.addf(acc[0], ExprEmitter(inner)(arg))]
+            return for_loop(ci(0), self.N, ci(1), body, [cf(0.0)])[0]
+
+        for name, expr in self.readouts.items():
+            with self.statement_locs.get(name) or nullcontext():
+                y = ExprEmitter(outer, lane_sum)(expr)
+                memref.store(y, self.arrays[name], [self.at(mul_i(c, self.L), t)])

@@ -1,0 +1,233 @@
+"""Lowering of the ``sequential`` plan: one thread per sequence, warp tiles of 32 sequences x
+``steps`` time steps staged through shared memory (``scan.warp_tile``), coalesced along time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mlir.dialects import arith, memref, scf
+from mlir.ir import (
+    Attribute,
+    InsertionPoint,
+    Value,
+)
+
+from explorer.codegen.emit import (
+    add_i,
+    ci,
+    f32,
+    lt_i,
+    mul_i,
+)
+from explorer.codegen.gen import Gen, Seq
+from explorer.codegen.options import SHARED_LIMIT, Options
+from explorer.codegen.threads import WARP, Threads, for_loop, if_else, if_then, min_i
+from explorer.errors import OptionError
+
+#: rows of a sequential tile loaded before they are stored (loads in flight per thread)
+LOAD_BATCH = 8
+
+
+@dataclass(frozen=True)
+class SeqLayout:
+    """Workgroup memory of the sequential kernel: per warp, ``buffers`` tiles of 32 x (TT+1)."""
+
+    steps: int                    # TT: time steps per tile
+    inputs: tuple[str, ...]       # staged timed inputs, buffer q = inputs[q]
+    private: tuple[bool, ...]     # row = own sequence (else row = channel - first channel)
+    out_buffer: tuple[int, ...]   # buffer that holds output o on its way out
+    buffers: int
+    warps: int
+
+    @property
+    def floats(self) -> int:
+        return self.warps * self.buffers * WARP * (self.steps + 1)
+
+
+def seq_layout(form: Any, options: Options) -> SeqLayout:
+    alg_free = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
+    readouts = {} if form.vector else dict(form.readouts)
+    used = set(alg_free) | {s.name for e in readouts.values() for s in e.free_symbols}
+    inputs = tuple(n for n in form.inputs if n in used)
+    lanes = set(form.recurrence.lane_names)
+    private = tuple((not form.vector) or n in lanes for n in inputs)
+    own = [q for q, p in enumerate(private) if p]
+    nout = len(form.recurrence.states) + len(readouts)
+    # an output reuses the buffer of an input read only by its own thread (in place, after
+    # the read of the same step); the others get buffers of their own
+    out_buffer = tuple(own[o] if o < len(own) else len(inputs) + o - len(own)
+                       for o in range(nout))
+    buffers = len(inputs) + max(0, nout - len(own))
+    warps = options.block_size // WARP
+    for steps in (32, 16, 8):
+        layout = SeqLayout(steps, inputs, private, out_buffer, buffers, warps)
+        if layout.floats * 4 <= SHARED_LIMIT // 2:
+            return layout
+    layout = SeqLayout(8, inputs, private, out_buffer, buffers, warps)
+    if layout.floats * 4 > SHARED_LIMIT:
+        raise OptionError(f"the sequential kernel stages {buffers} arrays per warp: "
+                          f"{layout.floats * 4} bytes of shared memory for block_size "
+                          f"{options.block_size}, more than {SHARED_LIMIT}: lower block_size")
+    return layout
+
+
+def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: Value,
+                     hs: Value | None) -> None:
+    """One block of the sequential strategy (``hs``: per-thread states on the host)."""
+    alg = gen.alg
+    bs, tt = th.bs, lay.steps
+    P = tt + 1
+    CN = mul_i(gen.C, gen.N)
+    S = alg.S
+    nin = len(lay.inputs)
+    block_s0 = mul_i(bid, ci(bs))
+
+    def where(warp: Value, q: int, r: Value, col: Value) -> Value:
+        return add_i(mul_i(add_i(mul_i(add_i(mul_i(warp, ci(lay.buffers)), ci(q)), ci(WARP)),
+                                 r), ci(P)), col)
+
+    def warp_of(tid: Value) -> tuple[Value, Value, Value, Value]:
+        warp = arith.divui(tid, ci(WARP))
+        lane = arith.remui(tid, ci(WARP))
+        s0 = add_i(block_s0, mul_i(warp, ci(WARP)))
+        return warp, lane, s0, arith.divui(s0, gen.N)
+
+    def setup(tid: Value) -> tuple[Value, Seq]:
+        s_raw = add_i(block_s0, tid)
+        s = min_i(s_raw, arith.subi(CN, ci(1)))
+        seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N),
+                      set(lay.inputs) | gen.scan_params)
+        return s_raw, seq
+
+    def cells(lane: Value, mb: Value) -> list[tuple[Value, Value]]:
+        """(row, column) of the tile cells a thread moves in one batch: the warp moves 32
+        consecutive cells (along time) per cell index m = mb .. mb + LOAD_BATCH - 1."""
+        out = []
+        for j in range(LOAD_BATCH):
+            idx = add_i(lane, mul_i(add_i(mb, ci(j)), ci(WARP)))
+            out.append((arith.divui(idx, ci(tt)), arith.remui(idx, ci(tt))))
+        return out
+
+    def batches(body: Callable[[Value], None]) -> None:
+        """``body(mb)`` for the batches of a tile, as a loop kept rolled: unrolled, the row
+        offsets of the whole tile would be hoisted out of the time loop into registers."""
+        def step(mb: Value, _: list[Value]) -> list[Value]:
+            body(mb)
+            return []
+        loop = scf.ForOp(ci(0), ci(tt), ci(LOAD_BATCH), [])
+        loop.operation.attributes["loop_annotation"] = Attribute.parse(
+            "#llvm.loop_annotation<unroll = <disable = true>>")
+        with InsertionPoint(loop.body):
+            step(loop.induction_variable, [])
+            scf.yield_([])
+
+    def load_tile(tid: Value, t0: Value) -> None:
+        warp, lane, s0, c0 = warp_of(tid)
+        last_t = arith.subi(gen.L, ci(1))
+
+        def batch(mb: Value) -> None:
+            vals: list[tuple[Value, Value]] = []
+            for r, col in cells(lane, mb):
+                t = min_i(add_i(t0, col), last_t)
+                for q, name in enumerate(lay.inputs):
+                    if lay.private[q]:
+                        row = min_i(add_i(s0, r), arith.subi(CN, ci(1)))
+                    else:
+                        row = min_i(add_i(c0, r), arith.subi(gen.C, ci(1)))
+                    with gen.loc(name):
+                        v = memref.load(gen.arrays[name], [gen.at(mul_i(row, gen.L), t)])
+                    vals.append((where(warp, q, r, col), v))
+            # the batch's loads are all in flight before its first store
+            for at, v in vals:
+                memref.store(v, stage, [at])
+        batches(batch)
+
+    def store_tile(tid: Value, t0: Value) -> None:
+        warp, lane, s0, _ = warp_of(tid)
+
+        def batch(mb: Value) -> None:
+            for r, col in cells(lane, mb):
+                t = add_i(t0, col)
+                srow = add_i(s0, r)
+                ok = arith.andi(lt_i(srow, CN), lt_i(t, gen.L))
+
+                def put(r: Value = r, col: Value = col, t: Value = t, srow: Value = srow
+                        ) -> None:
+                    for o, name in enumerate(gen.scan_outputs):
+                        v = memref.load(stage, [where(warp, lay.out_buffer[o], r, col)])
+                        memref.store(v, gen.arrays[name], [gen.at(mul_i(srow, gen.L), t)])
+                if_then(ok, put)
+        batches(batch)
+
+    def walk(tid: Value, seq: Seq, t0: Value, h: list[Value], steps: int | Value
+             ) -> list[Value]:
+        """The thread's own row of the tile: ``steps`` steps from ``h``."""
+        warp, lane, _, c0 = warp_of(tid)
+        rows = [lane if lay.private[q] else arith.subi(seq.c, c0) for q in range(nin)]
+
+        def step(k: Value, h: list[Value]) -> list[Value]:
+            vals = {name: memref.load(stage, [where(warp, q, rows[q], k)])
+                    for q, name in enumerate(lay.inputs)}
+            hn = alg.apply(gen.leaf_from(seq, vals.__getitem__), h)
+            outs = gen.outputs_at(seq, hn, vals.__getitem__)
+            for o, v in enumerate(outs):
+                memref.store(v, stage, [where(warp, lay.out_buffer[o], lane, k)])
+            return hn
+        if isinstance(steps, int):
+            for k in range(steps):
+                h = step(ci(k), h)
+            return h
+        return for_loop(ci(0), steps, ci(1), step, h)
+
+    def tile(t0: Value, steps: int | Value, h: list[Value], seq_of: Any) -> list[Value]:
+        th.each(lambda tid: load_tile(tid, t0))
+        th.warp_sync()
+        if th.gpu:
+            s_raw, seq = seq_of
+            h = if_else(lt_i(s_raw, CN), [f32()] * S, lambda: walk(th.tid, seq, t0, h, steps),
+                        lambda: h)
+        else:
+            assert hs is not None
+
+            def host_walk(tid: Value) -> None:
+                s_raw, seq = setup(tid)
+
+                def go() -> None:
+                    hh = [memref.load(hs, [add_i(mul_i(tid, ci(S)), ci(i))]) for i in range(S)]
+                    hh = walk(tid, seq, t0, hh, steps)
+                    for i, v in enumerate(hh):
+                        memref.store(v, hs, [add_i(mul_i(tid, ci(S)), ci(i))])
+                if_then(lt_i(s_raw, CN), go)
+            th.each(host_walk)
+        th.warp_sync()
+        th.each(lambda tid: store_tile(tid, t0))
+        return h
+
+    # initial states; full tiles (their steps unrolled), then the ragged tail
+    seq_of: Any = None
+    h: list[Value] = []
+    if th.gpu:
+        seq_of = setup(th.tid)
+        h = gen.initial_state(seq_of[1])
+    else:
+        assert hs is not None
+
+        def init(tid: Value) -> None:
+            _, seq = setup(tid)
+            for i, v in enumerate(gen.initial_state(seq)):
+                memref.store(v, hs, [add_i(mul_i(tid, ci(S)), ci(i))])
+        th.each(init)
+    full = arith.divui(gen.L, ci(tt))
+
+    def full_tile(tix: Value, h: list[Value]) -> list[Value]:
+        return tile(mul_i(tix, ci(tt)), tt, h, seq_of)
+    h = for_loop(ci(0), full, ci(1), full_tile, h)
+    t_tail = mul_i(full, ci(tt))
+    rest = arith.subi(gen.L, t_tail)
+
+    def tail() -> None:
+        tile(t_tail, rest, h, seq_of)
+    if_then(lt_i(ci(0), rest), tail)
