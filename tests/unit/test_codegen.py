@@ -221,8 +221,8 @@ CUDA_PASSES = [
     "expand-strided-metadata", "nvvm-attach-target", "lower-affine", "convert-arith-to-llvm",
     "convert-index-to-llvm", "canonicalize", "cse", "convert-gpu-to-nvvm",
     "canonicalize (gpu.module)", "cse (gpu.module)", "reconcile-unrealized-casts (gpu.module)",
-    "gpu-to-llvm", "ensure-debug-info-scope-on-llvm-func", "gpu-module-to-binary", "convert-math-to-llvm", "canonicalize (host)",
-    "cse (host)", "reconcile-unrealized-casts"]
+    "gpu-to-llvm", "ensure-debug-info-scope-on-llvm-func", "gpu-module-to-binary",
+    "convert-math-to-llvm", "canonicalize (host)", "cse (host)", "reconcile-unrealized-casts"]
 
 
 def test_cuda_pipeline_records_every_pass_and_writes_nothing_to_fd2() -> None:
