@@ -250,3 +250,33 @@ def _python_programs(draw):
 @given(_python_programs())
 def test_fuzz_random_python_asts(text):
     _only_recurrence_errors(text)
+
+
+# -- constants: whatever parses decomposes quickly into numbers float32 can hold ---------------
+_CONSTANTS = st.one_of(st.integers(-10**45, 10**45), st.integers(-70, 70),
+                       st.floats(allow_nan=False, allow_infinity=False, width=64),
+                       st.sampled_from(["x[t]", "exp(x[t])", "(2 * x[t])", "log(0)", "sqrt(-2)"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["+", "-", "*", "/", "**"]), _CONSTANTS),
+                min_size=1, max_size=6))
+def test_fuzz_constants_and_exponents_are_bounded(chain):
+    import time
+
+    import sympy
+
+    from explorer.frontend.recurrence import MAX_CONSTANT
+
+    text = "h[t] = h[t-1] + x[t] * (3" + "".join(f" {op} ({v})" for op, v in chain) + ")"
+    t0 = time.perf_counter()
+    try:
+        form = ex.decompose(ex.Recurrence.parse(text))
+    except ex.RecurrenceError:
+        assert time.perf_counter() - t0 < 2
+        return
+    assert time.perf_counter() - t0 < 2
+    for e in [*form.A, *form.b]:
+        assert not e.has(sympy.zoo, sympy.oo, sympy.nan, sympy.I), (text, e)
+        for n in e.atoms(sympy.Number):
+            assert abs(n) <= MAX_CONSTANT, (text, n)
