@@ -49,6 +49,7 @@ formulas on torch tensors (autograd, ``torch.compile``).  A forward compiled wit
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections.abc import Callable, Mapping
@@ -246,6 +247,11 @@ class Backward:
     readout_terms: dict[str, list[tuple[str, sympy.Expr]]]
     #: state -> [(component i, A[i, h])]: dL/dh0 = sum_i lam_i[0] A_0[i, h]
     h0_terms: dict[str, list[tuple[int, sympy.Expr]]]
+    #: what the arrays evaluate: the direct terms and the gradient terms above with their
+    #: common subexpressions (``exp(A*dt)`` of dL/ddt and dL/dA ...) named once, in ``shared``
+    #: (symbol name -> expression, each reading only those before it)
+    shared: dict[str, sympy.Expr]
+    reduced: dict[tuple[str, str, Any], sympy.Expr]
 
     # -- views ---------------------------------------------------------------------------------
     def as_text(self) -> str:
@@ -469,7 +475,18 @@ def _derive(rec: Recurrence) -> Backward:
     h0_terms = {s: [(i, A[i, form.component_index(s)]) for i in range(S)
                     if A[i, form.component_index(s)] != 0] for s in rec.states}
     names = BackwardNames(adjoint, nxt, cot, trajectory, direct_arrays)
-    return Backward(rec, form, text, back, names, direct, scan_terms, readout_terms, h0_terms)
+    # common subexpressions, named once (evaluated on first use: only what a call needs)
+    keys: list[tuple[str, str, Any]] = [("direct", "", i) for i in direct]
+    keys += [("scan", n, i) for n, terms in scan_terms.items() for i, _ in terms]
+    keys += [("readout", n, r) for n, terms in readout_terms.items() for r, _ in terms]
+    exprs = [direct[k[2]] for k in keys if k[0] == "direct"]
+    exprs += [e for terms in scan_terms.values() for _, e in terms]
+    exprs += [e for terms in readout_terms.values() for _, e in terms]
+    fresh = (sympy.Symbol(f"<shared {k}>", real=True) for k in itertools.count())
+    pairs, reduced = sympy.cse(exprs, symbols=fresh)
+    shared = {sym.name: e for sym, e in pairs}
+    return Backward(rec, form, text, back, names, direct, scan_terms, readout_terms, h0_terms,
+                    shared, dict(zip(keys, reduced)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -582,6 +599,22 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Any], ops: Ops, full: tuple[int
     raise NotImplementedError(f"cannot evaluate {type(expr).__name__}: {expr}")
 
 
+class _Lazy(dict[str, Any]):
+    """An environment that evaluates a shared subexpression the first time it is read."""
+
+    def __init__(self, base: Mapping[str, Any], shared: Mapping[str, sympy.Expr], ops: Ops,
+                 full: tuple[int, ...]) -> None:
+        super().__init__(base)
+        self.shared, self.ops, self.full = shared, ops, full
+
+    def __missing__(self, name: str) -> Any:
+        if name not in self.shared:
+            raise KeyError(name)
+        value = evaluate(self.shared[name], self, self.ops, self.full)
+        self[name] = value
+        return value
+
+
 def canonical_shape(shape: tuple[int, ...], timed: bool, lane: bool, rank: int
                     ) -> tuple[int, ...]:
     """The shape of an array in the canonical layout ``batch + (N or 1, L or 1)``, its batch
@@ -673,8 +706,8 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
                 if needed is None or n in needed}
 
     # --- the environment: inputs, parameters, past states, cotangents -------------------------
-    env: dict[str, Any] = {n: v for n, v in views.items() if n in specs and n in rec.inputs
-                           + rec.params}
+    env = _Lazy({n: v for n, v in views.items() if n in rec.inputs + rec.params},
+                bw.shared, ops, full)
     like = s0
     for s in rec.states:
         for k in range(form.recurrence.order[s] + 1):
@@ -700,8 +733,9 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
             value = env[_prev_symbol(s, 0).name]
         elif n in names.direct.values():
             c = next(k for k, v in names.direct.items() if v == n)
-            value = ops.broadcast(evaluate(bw.direct[form.components.index(c)], env, ops,
-                                           full), full)
+            i = form.components.index(c)
+            value = ops.broadcast(evaluate(bw.reduced[("direct", "", i)], env, ops, full),
+                                  full)
         else:
             value = env[n]
         call[n] = _call_layout(value, n in brec.inputs, n in brec.lane_names)
@@ -720,10 +754,11 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         # the terms through the scan vary along n with lam; a readout's only where its
         # derivative does (dL/dD of sum(C * h) + D * x is per channel, not per lane)
         grads = []
-        for i, e in bw.scan_terms.get(n, []):
-            grads.append(lam[i] * evaluate(e, env, ops, full))
-        for r, e in bw.readout_terms.get(n, []):
-            grads.append(env[names.cotangent[r]] * evaluate(e, env, ops, full))
+        for i, _ in bw.scan_terms.get(n, []):
+            grads.append(lam[i] * evaluate(bw.reduced[("scan", n, i)], env, ops, full))
+        for r, _ in bw.readout_terms.get(n, []):
+            grads.append(env[names.cotangent[r]] *
+                         evaluate(bw.reduced[("readout", n, r)], env, ops, full))
         canon = ops.shape(views[n])
         g = ops.zeros(canon, like)
         for part in grads:

@@ -264,7 +264,6 @@ def test_gradients_match_torch_autograd(case_id: str, text: str, options: dict[s
 def test_gradcheck_float64(case_id: str, text: str, options: dict[str, Any]):
     """float64 tensors run the float64 reference of the forward and of the adjoint recurrence:
     gradcheck with its default tolerances checks the derivation itself."""
-    rec = Recurrence.parse(text)
     arrays, h0 = _inputs(text, batch=(2,), n=2, length=5, seed=3)
     op = _compile(text, options).torch()
     names = list(arrays) + list(h0)
