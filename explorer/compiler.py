@@ -28,7 +28,7 @@ from typing import Any
 from explorer import __version__
 from explorer.codegen.records import PassRecord
 from explorer.errors import OptionError
-from explorer.frontend.recurrence import Recurrence
+from explorer.frontend.recurrence import Recurrence, check_state_size
 from explorer.groundtruth import arg_specs, h0_specs
 from explorer.passes.affine import AffineForm, decompose
 from explorer.passes.plans import ScanPlan
@@ -120,6 +120,14 @@ class Compiled:
         from explorer.codegen.ptxas import sass
 
         return sass(self.ptx, self.options["chip"])
+
+    @property
+    def contract(self) -> tuple[Any, ...]:
+        """The kernel contract, typed (:class:`explorer.runtime.contract.KernelInfo` per
+        kernel, in launch order): what every launcher reads."""
+        from explorer.runtime.contract import DEFAULT_PTX, parse_kernels
+
+        return parse_kernels([dict(k, ptx=DEFAULT_PTX) for k in self.kernels])
 
     # -- running -------------------------------------------------------------------------------
     @property
@@ -242,7 +250,7 @@ class _CpuRunner:
         given_h0 = [s for s in h0_specs(rec)
                     if s.name in arrays and s.name not in rec.inputs + rec.params]
         m = marshal(arg_specs(rec) + given_h0, arrays, L=L, vector=rec.vector)
-        raw = run_cpu(c.final_module, c.kernels[0]["args"], m.arrays, m.C, m.N, m.L)
+        raw = run_cpu(c.final_module, c.contract, m.arrays, m.C, m.N, m.L)
         out = {name: m.unflatten(raw[name], c.form.output_is_lane(name))
                for name in c.form.outputs}
         return next(iter(out.values())) if len(out) == 1 else out
@@ -288,6 +296,7 @@ def compile(rec: Recurrence | str, target: str = "cuda", strategy: str = "blello
         rec = Recurrence.parse(rec)
     elif not isinstance(rec, Recurrence):
         raise TypeError(f"compile() takes a Recurrence or its text, not {type(rec).__name__}")
+    check_state_size(rec, opts.strategy)   # a dimension the strategy cannot compile in seconds
     t_parse = time.perf_counter() - t0
     opt_dict = asdict(opts)
     key = _key(rec.text, opt_dict)

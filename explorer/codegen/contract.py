@@ -1,7 +1,9 @@
 """The kernel contract as the lowering writes it: the kernels of a compile in launch order with
-their geometry (:class:`KernelSpec`), the arguments in parameter order (:func:`kernel_args`), and
-the rule that picks the chunk length of each call (:func:`chunk_rule`). The runtimes read it from
-the manifest (:mod:`explorer.runtime.artifact`).
+their geometry (:class:`KernelSpec`: what the manifest says, plus what only the compiler needs),
+the arguments in parameter order (:func:`kernel_args`), and the rule that picks the chunk length
+of each call (:func:`chunk_rule`). Its manifest form is read, checked and typed by
+:mod:`explorer.runtime.contract`, which every launcher uses (the grid and workspace rules live
+there, once).
 """
 
 from __future__ import annotations
@@ -62,24 +64,6 @@ class KernelSpec:
         if self.launch_when_longer_than is not None:
             out["launch_when_longer_than"] = self.launch_when_longer_than
         return out
-
-    def grid(self, C: int, N: int, L: int, time_chunk: int | None = None) -> int:
-        """grid_x of one launch (0: not launched), the rule the runtime follows;
-        ``time_chunk``: the per-call value, for the kernels that take it."""
-        def value(v: int | str | None) -> int | None:
-            if isinstance(v, str):
-                if time_chunk is None:
-                    raise ValueError(f"{self.name}: give the time_chunk of the call")
-                return time_chunk
-            return v
-        longer = value(self.launch_when_longer_than)
-        if longer is not None and L <= longer:
-            return 0
-        blocks = -(-(C * N) // self.sequences_per_block)
-        chunk = value(self.time_chunk)
-        if chunk is not None:
-            blocks *= -(-L // chunk)
-        return blocks
 
 
 @dataclass

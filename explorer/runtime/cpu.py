@@ -32,7 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from explorer.runtime.artifact import ChunkRule, Machine, choose_time_chunk
+from explorer.runtime.contract import (
+    DEFAULT_PTX,
+    ArgInfo,
+    KernelInfo,
+    Machine,
+    parse_kernels,
+    size_values,
+)
 
 _CIFACE = "_mlir_ciface_"
 _GRID_SUFFIX = "_grid"
@@ -79,93 +86,56 @@ def _engine(text: str, entry: str | None, opt_level: int) -> tuple[Any, str]:
     return engine, chosen
 
 
-def _value(v: Any, sizes: Mapping[str, int] | None) -> int:
-    """An integer of the manifest, or the per-call value of the size it names."""
-    if isinstance(v, str):
-        if sizes is None or v not in sizes:
-            raise ValueError(f"{v!r} is chosen per call: pass the sizes of the call")
-        return int(sizes[v])
-    return int(v)
+def _contract(kernels: Sequence[KernelInfo | Mapping[str, Any]]) -> tuple[KernelInfo, ...]:
+    """The typed kernels (manifest entries are checked into them)."""
+    typed = [k for k in kernels if isinstance(k, KernelInfo)]
+    if len(typed) == len(kernels):
+        return tuple(typed)
+    return parse_kernels([dict(k, ptx=DEFAULT_PTX) for k in kernels if isinstance(k, Mapping)])
 
 
-def call_sizes(args: Sequence[Mapping[str, Any]], C: int, N: int, L: int,
-               machine: Machine = CPU_MACHINE, time_chunk: int | None = None
-               ) -> dict[str, int]:
-    """The size arguments of one call: C, N, L and, when the kernels take it, the
-    ``time_chunk`` of the manifest's rule for ``machine`` (or the forced ``time_chunk``)."""
-    sizes = {"C": C, "N": N, "L": L}
-    for a in args:
-        if a["role"] == "size" and a["name"] not in sizes:
-            if time_chunk is not None:
-                sizes[a["name"]] = int(time_chunk)
-                continue
-            r = a["chunk_rule"]
-            fill = float(r.get("fill", 1))
-            rule = ChunkRule(int(r["tile"]), int(r.get("min_tiles", 1)), fill,
-                             float(r.get("unchunked_from", fill)))
-            sizes[a["name"]] = choose_time_chunk(rule, C, N, L, machine)
-    return sizes
+def _shape(arg: ArgInfo, C: int, N: int, L: int) -> tuple[int, ...]:
+    rows: tuple[int, ...] = (C, N) if arg.lane else (C,)
+    return (*rows, L) if arg.timed else rows
 
 
-def workspace_size(arg: Mapping[str, Any], C: int, N: int, L: int,
-                   sizes: Mapping[str, int] | None = None) -> int:
-    """Floats of a workspace argument: ``C * N * ceil(L / time_chunk) * per_chunk``."""
-    return C * N * -(-L // _value(arg["time_chunk"], sizes)) * int(arg["per_chunk"])
-
-
-def grid_x(kernel: Mapping[str, Any], C: int, N: int, L: int,
-           sizes: Mapping[str, int] | None = None) -> int:
-    """The manifest's launch rule; 0 when the kernel is not launched for this L
-    (``sizes``: the call's sizes, for the values chosen per call)."""
-    longer = kernel.get("launch_when_longer_than")
-    if longer is not None and L <= _value(longer, sizes):
-        return 0
-    blocks = -(-(C * N) // int(kernel.get("sequences_per_block", 1)))
-    if kernel.get("time_chunk") is not None:
-        blocks *= -(-L // _value(kernel["time_chunk"], sizes))
-    return blocks
-
-
-def _size(arg: Mapping[str, Any], C: int, N: int, L: int) -> tuple[int, ...]:
-    rows: tuple[int, ...] = (C, N) if arg["lane"] else (C,)
-    return (*rows, L) if arg["timed"] else rows
-
-
-def run_cpu(final_module_text: str, args: Sequence[Mapping[str, Any]],
+def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, Any]],
             arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
             entry: str | None = None, opt_level: int = 2, machine: Machine = CPU_MACHINE,
             time_chunk: int | None = None) -> dict[str, np.ndarray]:
-    """Run the lowered host module on the arrays; return the outputs by name."""
+    """Run the lowered host module's entry (which launches every kernel's grid in order) on
+    the arrays; return the outputs by name."""
+    args = _contract(kernels)[0].args
     engine, entry = _engine(final_module_text, entry, opt_level)
-    sizes = call_sizes(args, C, N, L, machine, time_chunk)
+    sizes = size_values(args, C, N, L, machine, time_chunk)
     keep, packed, outputs = _pack(args, arrays_by_name, sizes)
     engine.invoke(entry, *packed)
     return outputs
 
 
-def launch_cpu_kernels(final_module_text: str, kernels: Sequence[Mapping[str, Any]],
+def launch_cpu_kernels(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, Any]],
                        arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
                        opt_level: int = 2, machine: Machine = CPU_MACHINE,
                        time_chunk: int | None = None) -> dict[str, np.ndarray]:
-    """Launch the host version of each kernel of the manifest, in order, like the GPU runtime
-    (every kernel takes the full argument list; workspaces are shared by all of them)."""
-    args = kernels[0]["args"]
-    sizes = call_sizes(args, C, N, L, machine, time_chunk)
+    """Launch the host version of each kernel of the contract, in order, with the grid the GPU
+    runtime would use (every kernel takes the full argument list; workspaces are shared)."""
+    typed = _contract(kernels)
+    args = typed[0].args
+    sizes = size_values(args, C, N, L, machine, time_chunk)
     keep, packed, outputs = _pack(args, arrays_by_name, sizes)
-    for k in kernels:
-        if list(k["args"]) != list(args):
-            raise ValueError(f"kernel {k['name']} has an argument list of its own")
-        grid = grid_x(k, C, N, L, sizes)
-        if grid == 0 or C * N == 0 or L == 0:
+    for k in typed:
+        if k.args != args:
+            raise ValueError(f"kernel {k.name} has an argument list of its own")
+        if not k.launched(L, sizes) or C * N == 0 or L == 0:
             continue
-        engine, entry = _engine(final_module_text, k["name"] + _GRID_SUFFIX, opt_level)
-        g = ctypes.c_int64(grid)
+        engine, entry = _engine(final_module_text, k.name + _GRID_SUFFIX, opt_level)
+        g = ctypes.c_int64(k.grid(C, N, L, sizes)[0])
         keep.append(g)
         engine.invoke(entry, *packed, ctypes.pointer(g))
     return outputs
 
 
-def _pack(args: Sequence[Mapping[str, Any]], arrays_by_name: Mapping[str, Any],
+def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
           sizes: Mapping[str, int]) -> tuple[list[Any], list[Any], dict[str, np.ndarray]]:
     from mlir.runtime import get_ranked_memref_descriptor
 
@@ -174,14 +144,14 @@ def _pack(args: Sequence[Mapping[str, Any]], arrays_by_name: Mapping[str, Any],
     outputs: dict[str, np.ndarray] = {}
     C, N, L = sizes["C"], sizes["N"], sizes["L"]
     for a in args:
-        role, name = a["role"], a["name"]
+        role, name = a.role, a.name
         if role == "size":
             value = ctypes.c_int64(int(sizes[name]))
             keep.append(value)
             packed.append(ctypes.pointer(value))
             continue
-        shape = ((workspace_size(a, C, N, L, sizes),) if role == "workspace"
-                 else _size(a, C, N, L))
+        shape = ((a.workspace_size(C, N, L, sizes),) if role == "workspace"
+                 else _shape(a, C, N, L))
         if role == "workspace":
             arr = np.zeros(shape, dtype=np.float32)
         elif role == "output":

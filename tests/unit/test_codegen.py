@@ -193,24 +193,33 @@ def test_cpu_ir_is_host_code() -> None:
 
 
 def test_kernel_grid_rule() -> None:
+    """The contract the compiler writes, read as every launcher reads it (one grid rule)."""
+    from explorer.codegen.contract import kernel_args
     from explorer.codegen.kernels import kernel_specs
-    from explorer.runtime.cpu import grid_x
+    from explorer.runtime.contract import parse_kernels
 
     o = validate("blelloch", "cuda", block_size=32, elements_per_thread=2, chunk_tiles=4)
-    reduce, carry, scan = kernel_specs(form_of(SCALAR), o)
+    form = form_of(SCALAR)
+    args = kernel_args(form, o)
+    reduce, carry, scan = parse_kernels([dict(k.manifest(), args=args)
+                                         for k in kernel_specs(form, o)])
     assert o.time_chunk == 256
+
+    def grid(k, C, N, L, T):   # noqa: ANN001, ANN202
+        sizes = {"time_chunk": T}
+        return k.grid(C, N, L, sizes)[0] if k.launched(L, sizes) else 0
     for C, N, L in [(3, 1, 1), (3, 2, 256), (3, 2, 257), (1, 1, 10_000)]:
         for T in (256, 512, L):
             chunks = -(-L // T)
-            assert scan.grid(C, N, L, T) == C * N * chunks
-            assert reduce.grid(C, N, L, T) == (C * N * chunks if L > T else 0)
-            assert carry.grid(C, N, L, T) == (C * N if L > T else 0)
-            for k in (reduce, carry, scan):
-                assert grid_x(k.manifest(), C, N, L, {"time_chunk": T}) == k.grid(C, N, L, T)
+            assert grid(scan, C, N, L, T) == C * N * chunks
+            assert grid(reduce, C, N, L, T) == (C * N * chunks if L > T else 0)
+            assert grid(carry, C, N, L, T) == (C * N if L > T else 0)
     with pytest.raises(ValueError, match="time_chunk"):
         scan.grid(1, 1, 10)
-    seq = kernel_specs(form_of(SCALAR), validate("sequential", "cuda", block_size=64))[0]
-    assert seq.grid(130, 1, 5) == 3 and seq.time_chunk is None
+    o_seq = validate("sequential", "cuda", block_size=64)
+    (seq,) = parse_kernels([dict(k.manifest(), args=kernel_args(form, o_seq))
+                            for k in kernel_specs(form, o_seq)])
+    assert seq.grid(130, 1, 5) == (3, 1, 1) and seq.time_chunk is None
 
 
 # -- pipeline -----------------------------------------------------------------------------------

@@ -21,14 +21,8 @@ from explorer.codegen import build_module, lower, validate
 from explorer.frontend import Recurrence
 from explorer.passes.affine import decompose
 from explorer.runtime.artifact import Machine
-from explorer.runtime.cpu import (
-    CPU_MACHINE,
-    call_sizes,
-    grid_x,
-    launch_cpu_kernels,
-    run_cpu,
-    workspace_size,
-)
+from explorer.runtime.contract import ArgInfo, KernelInfo, parse_kernels, size_values
+from explorer.runtime.cpu import CPU_MACHINE, launch_cpu_kernels, run_cpu
 
 SCALAR = "h[t] = a[t] * h[t-1] + b[t]"
 MAMBA = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
@@ -47,24 +41,24 @@ SMALL_TILES: dict[str, int] = {"block_size": 32, "ept": 2, "chunk_tiles": 1}
 
 @cache
 def built_for(text: str, strategy: str, block_size: int = 64, ept: int = 4,
-              chunk_tiles: int = 16) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+              chunk_tiles: int = 16) -> tuple[str, tuple[ArgInfo, ...], tuple[KernelInfo, ...]]:
     o = validate(strategy, "cpu", block_size=block_size, elements_per_thread=ept,
                  chunk_tiles=chunk_tiles)
     built = build_module(decompose(Recurrence.parse(text)), o)
-    kernels = [dict(k.manifest(), args=built.args) for k in built.kernels]
-    return lower(built, o).final_module, built.args, kernels
+    kernels = parse_kernels([dict(k.manifest(), args=built.args) for k in built.kernels])
+    return lower(built, o).final_module, kernels[0].args, kernels
 
 
 def compiled(text: str, strategy: str, block_size: int = 64, ept: int = 4,
-             chunk_tiles: int = 16) -> tuple[str, list[dict[str, Any]]]:
-    module, args, _ = built_for(text, strategy, block_size, ept, chunk_tiles)
-    return module, args
+             chunk_tiles: int = 16) -> tuple[str, tuple[KernelInfo, ...]]:
+    module, _, kernels = built_for(text, strategy, block_size, ept, chunk_tiles)
+    return module, kernels
 
 
 def run(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int, L: int,
         **kw: int) -> dict[str, np.ndarray]:
-    module, args = compiled(text, strategy, **kw)
-    return run_cpu(module, args, arrays, C, N, L)
+    module, kernels = compiled(text, strategy, **kw)
+    return run_cpu(module, kernels, arrays, C, N, L)
 
 
 def launched(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int, L: int,
@@ -199,9 +193,9 @@ def test_broadcast_parameters_and_missing_h0() -> None:
 
 
 def test_wrong_array_size_is_refused() -> None:
-    module, args = compiled(SCALAR, "sequential")
+    module, kernels = compiled(SCALAR, "sequential")
     with pytest.raises(ValueError, match="expected shape"):
-        run_cpu(module, args, {"a": np.zeros((2, 5), np.float32),
+        run_cpu(module, kernels, {"a": np.zeros((2, 5), np.float32),
                                "b": np.zeros((2, 4), np.float32)}, 2, 1, 5)
 
 
@@ -275,16 +269,26 @@ def test_companion_chunk_carries_every_lag() -> None:
 
 def test_workspace_sizes_and_launch_rule() -> None:
     _, args, kernels = built_for(SCALAR, "blelloch", 32, 2, 1)
-    ws = [a for a in args if a["role"] == "workspace"]
-    assert [a["name"] for a in ws] == ["chunk_aggregates", "chunk_carries"]
-    assert args[-4]["name"] == "L"                     # workspaces come after C, N, L
-    assert args[-1]["name"] == "time_chunk" and args[-1]["role"] == "size"   # then the chunk
+    ws = [a for a in args if a.role == "workspace"]
+    assert [a.name for a in ws] == ["chunk_aggregates", "chunk_carries"]
+    assert args[-4].name == "L"                     # workspaces come after C, N, L
+    assert args[-1].name == "time_chunk" and args[-1].role == "size"   # then the chunk
     chunk = {"time_chunk": 64}
-    assert [workspace_size(a, 3, 2, 65, chunk) for a in ws] == [3 * 2 * 2 * 2, 3 * 2 * 2 * 1]
+    assert [a.workspace_size(3, 2, 65, chunk) for a in ws] == [3 * 2 * 2 * 2, 3 * 2 * 2 * 1]
     assert [grid_x(k, 3, 2, 64, chunk) for k in kernels] == [0, 0, 6]
     assert [grid_x(k, 3, 2, 65, chunk) for k in kernels] == [12, 6, 12]
     with pytest.raises(ValueError, match="per call"):
-        grid_x(kernels[0], 3, 2, 65)
+        kernels[0].launched(65)
+
+
+def grid_x(k: KernelInfo, C: int, N: int, L: int, sizes: dict[str, int]) -> int:
+    """Blocks the runtimes launch ``k`` with (0: not launched for this L)."""
+    return k.grid(C, N, L, sizes)[0] if k.launched(L, sizes) else 0
+
+
+def call_sizes(args: tuple[ArgInfo, ...], C: int, N: int, L: int,
+               machine: Machine = CPU_MACHINE, time_chunk: int | None = None) -> dict[str, int]:
+    return size_values(args, C, N, L, machine, time_chunk)
 
 
 # -- the chunk length chosen per call ------------------------------------------------------------
@@ -330,7 +334,7 @@ def test_chunked_and_unchunked_paths(L: int, path: str) -> None:
     C = channels(L)
     _, args, kernels = built_for(SCALAR, "blelloch", **SMALL_TILES)
     T = call_sizes(args, C, 1, L, machine)["time_chunk"]
-    launched_kernels = [k["name"] for k in kernels
+    launched_kernels = [k.name for k in kernels
                         if grid_x(k, C, 1, L, {"time_chunk": T}) > 0]
     if path == "unchunked" or L <= 64:
         assert T >= L and launched_kernels == ["scanweaver_blelloch"]
@@ -341,8 +345,9 @@ def test_chunked_and_unchunked_paths(L: int, path: str) -> None:
     close(launched(SCALAR, "blelloch", {"a": a, "b": b, "h0": h0}, C, 1, L,
                    machine=machine, **SMALL_TILES)["h"], ref)
     # the entry function of the host module takes the same choice
-    module, args = compiled(SCALAR, "blelloch", **SMALL_TILES)
-    close(run_cpu(module, args, {"a": a, "b": b, "h0": h0}, C, 1, L, machine=machine)["h"], ref)
+    module, kernels = compiled(SCALAR, "blelloch", **SMALL_TILES)
+    close(run_cpu(module, kernels, {"a": a, "b": b, "h0": h0}, C, 1, L, machine=machine)["h"],
+          ref)
     # dense 2 x 2 (companion) state
     a, c, x = f32(rng, (C, L), 0.2, 0.6), f32(rng, (C, L), -0.3, 0.3), f32(rng, (C, L))
     out = launched(COMPANION, "blelloch", {"a": a, "c": c, "x": x, "h0": h0}, C, 1, L,

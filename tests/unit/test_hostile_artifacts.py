@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from explorer.runtime import artifact as art_mod
+from explorer.runtime import contract as contract_mod
 from explorer.runtime.artifact import (
     MANIFEST_LIMIT,
     PTX_LIMIT,
@@ -267,7 +267,7 @@ def test_write_refuses_ptx_for_files_no_kernel_names(tmp_path: Path) -> None:
 
 def test_too_many_kernels_or_arguments() -> None:
     m = _manifest()
-    m["kernels"] = m["kernels"] * (art_mod.MAX_KERNELS + 1)
+    m["kernels"] = m["kernels"] * (contract_mod.MAX_KERNELS + 1)
     with pytest.raises(ArtifactError, match="kernels has"):
         validate_manifest(m)
     m = _manifest()

@@ -1,0 +1,360 @@
+"""The kernel contract: what a launcher needs to run the kernels of a compile, typed.
+
+The compiler writes it (:mod:`explorer.codegen.contract` builds the kernels and arguments of a
+plan), the manifest of an artifact carries it, and every launcher reads it from here: the CUDA
+runtime (:mod:`explorer.runtime.cuda`), the CPU runtime (:mod:`explorer.runtime.cpu`) and the
+benchmark. :class:`ArgInfo` is a kernel parameter (role, shape, workspace size),
+:class:`KernelInfo` a kernel and its launch geometry (grid rule, shared memory, when it is
+launched), :class:`ChunkRule` how the chunk length of a call is chosen for a :class:`Machine`.
+:func:`parse_kernels` checks the manifest form of the contract field by field (it comes from
+elsewhere) and raises :class:`ArtifactError` naming the field at fault. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# the argument names are owned by the front end, which refuses them as names of a recurrence;
+# TIME_CHUNK is the size argument chosen per call by the chunk rule
+from explorer.frontend.names import SIZE_NAMES as FRONTEND_SIZE_NAMES
+from explorer.frontend.names import TIME_CHUNK
+
+#: the PTX file of a kernel that names none
+DEFAULT_PTX = "kernel.ptx"
+ROLES = ("input", "param", "h0", "output", "size", "workspace")
+ARG_DTYPES = ("float32", "int64")
+SIZE_NAMES = (*FRONTEND_SIZE_NAMES, TIME_CHUNK)
+#: most arguments of a kernel
+MAX_ARGS = 256
+#: a PTX file name: a plain name in the artifact directory, no path, no leading dot
+PTX_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\.ptx")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the chunk rule needs to know of a device: SMs and resident blocks per SM."""
+
+    sms: int
+    blocks_per_sm: int
+
+    @property
+    def slots(self) -> int:
+        return self.sms * self.blocks_per_sm
+
+
+@dataclass(frozen=True)
+class ChunkRule:
+    """How the runtime picks ``time_chunk`` for a call (see :func:`choose_time_chunk`)."""
+
+    tile: int           # steps one block scans per tile; chunks are whole tiles
+    min_tiles: int = 1  # shortest chunk, in tiles, when chunking
+    fill: float = 1.0   # blocks wanted when chunking, in units of the machine's block slots
+    #: sequences (in units of block slots) from which each runs whole in one block;
+    #: None: the same as ``fill``
+    unchunked_from: float | None = None
+
+    @property
+    def threshold(self) -> float:
+        return self.fill if self.unchunked_from is None else self.unchunked_from
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tile": self.tile, "min_tiles": self.min_tiles, "fill": self.fill,
+                "unchunked_from": self.threshold}
+
+    def choose(self, C: int, N: int, L: int, machine: Machine) -> int:
+        return choose_time_chunk(self, C, N, L, machine)
+
+
+def choose_time_chunk(rule: ChunkRule, C: int, N: int, L: int, machine: Machine) -> int:
+    """The chunk length for one call: the whole sequence (rounded up to tiles) when there are
+    at least ``rule.unchunked_from`` times the machine's block slots of sequences, else the
+    fewest chunks per sequence that give ``rule.fill`` times the slots in blocks (never shorter
+    than ``rule.min_tiles`` tiles)."""
+    tiles = max(1, -(-L // rule.tile))
+    sequences = max(1, C * N)
+    if sequences >= max(1, math.ceil(rule.threshold * machine.slots)):
+        return tiles * rule.tile
+    want = max(1, math.ceil(rule.fill * machine.slots))
+    chunks = -(-want // sequences)
+    return rule.tile * max(rule.min_tiles, -(-tiles // chunks))
+
+
+def size_values(args: Sequence[ArgInfo], C: int, N: int, L: int, machine: Machine,
+                time_chunk: int | None = None) -> dict[str, int]:
+    """Values of the size arguments for one call (``time_chunk``: forced instead of chosen)."""
+    out = {"C": C, "N": N, "L": L}
+    for a in args:
+        if a.role == "size" and a.name == TIME_CHUNK:
+            assert a.chunk_rule is not None
+            out[TIME_CHUNK] = (int(time_chunk) if time_chunk is not None
+                               else a.chunk_rule.choose(C, N, L, machine))
+    return out
+
+
+def _resolve(value: int | str | None, sizes: Mapping[str, int] | None) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    if sizes is None or value not in sizes:
+        raise ArtifactError(f"the size {value!r} is chosen per call: pass its value")
+    return int(sizes[value])
+
+
+class ArtifactError(ValueError):
+    """An artifact directory or manifest does not follow the format; names the field at fault."""
+
+
+@dataclass(frozen=True)
+class ArgInfo:
+    """One kernel parameter as the manifest describes it."""
+
+    name: str
+    role: str
+    timed: bool = False
+    lane: bool = False
+    dtype: str = "float32"
+    # a workspace holds per_chunk floats for every (sequence, chunk of time_chunk steps);
+    # time_chunk is an integer or the name of the size argument that gives it per call
+    per_chunk: int | None = None
+    time_chunk: int | str | None = None
+    chunk_rule: ChunkRule | None = None    # the size argument ``time_chunk`` only
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "role": self.role, "timed": self.timed,
+                               "lane": self.lane, "dtype": self.dtype}
+        if self.role == "workspace":
+            out.update(per_chunk=self.per_chunk, time_chunk=self.time_chunk)
+        if self.chunk_rule is not None:
+            out["chunk_rule"] = self.chunk_rule.as_dict()
+        return out
+
+    def workspace_size(self, C: int, N: int, L: int,
+                       sizes: Mapping[str, int] | None = None) -> int:
+        """Floats of a workspace: ``C * N * ceil(L / time_chunk) * per_chunk``."""
+        chunk = _resolve(self.time_chunk, sizes)
+        if self.per_chunk is None or chunk is None:
+            raise ArtifactError(f"{self.name} is not a workspace")
+        return C * N * -(-L // chunk) * self.per_chunk
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One entry point of the PTX and the geometry it is launched with."""
+
+    name: str
+    ptx: str
+    block: tuple[int, int, int]
+    sequences_per_block: int
+    shared_bytes: int
+    args: tuple[ArgInfo, ...]
+    # integers, or the name of the size argument that gives the value per call
+    time_chunk: int | str | None = None  # grid_x *= ceil(L / time_chunk): one block per chunk
+    launch_when_longer_than: int | str | None = None  # launched only when L > this
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def chunked_per_call(self) -> bool:
+        """True when the kernel's chunk length is chosen per call."""
+        return isinstance(self.time_chunk, str)
+
+    def launched(self, L: int, sizes: Mapping[str, int] | None = None) -> bool:
+        longer = _resolve(self.launch_when_longer_than, sizes)
+        return longer is None or L > longer
+
+    def grid(self, C: int, N: int, L: int | None = None,
+             sizes: Mapping[str, int] | None = None) -> tuple[int, int, int]:
+        """``grid_x = ceil(C * N / sequences_per_block)``, times ``ceil(L / time_chunk)`` for a
+        kernel that gives each time chunk its own block."""
+        blocks = max(1, -(-(C * N) // self.sequences_per_block))
+        if self.time_chunk is not None and L is not None:
+            chunk = _resolve(self.time_chunk, sizes)
+            assert chunk is not None
+            blocks *= max(1, -(-L // chunk))
+        return (blocks, 1, 1)
+
+    def args_with_role(self, role: str) -> tuple[ArgInfo, ...]:
+        return tuple(a for a in self.args if a.role == role)
+
+
+def _need(obj: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in obj:
+        raise ArtifactError(f"{where}: missing field {key!r}")
+    return obj[key]
+
+
+def _parse_arg(raw: Any, where: str) -> ArgInfo:
+    if not isinstance(raw, Mapping):
+        raise ArtifactError(f"{where}: an argument must be an object, got {_show(raw)}")
+    name = _need(raw, "name", where)
+    role = _need(raw, "role", where)
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
+        raise ArtifactError(f"{where}: argument name must be an identifier, got {_show(name)}")
+    if not isinstance(role, str) or role not in ROLES:
+        raise ArtifactError(f"{where}: argument {name!r} has role {_show(role)}; "
+                            f"expected one of {', '.join(ROLES)}")
+    dtype = raw.get("dtype", "int64" if role == "size" else "float32")
+    if not isinstance(dtype, str) or dtype not in ARG_DTYPES:
+        raise ArtifactError(f"{where}: argument {name!r} has dtype {_show(dtype)}; "
+                            f"expected one of {', '.join(ARG_DTYPES)}")
+    if role == "size":
+        if name not in SIZE_NAMES:
+            raise ArtifactError(f"{where}.name: size argument {name!r} must be one of "
+                                f"{', '.join(SIZE_NAMES)}")
+        if dtype != "int64":
+            raise ArtifactError(f"{where}: size argument {name!r} must be int64")
+    elif dtype != "float32":
+        raise ArtifactError(f"{where}: array argument {name!r} must be float32")
+    per_chunk: int | None = None
+    time_chunk: int | str | None = None
+    rule = None
+    if role == "workspace":
+        per_chunk = _positive(raw.get("per_chunk"), f"{where}: workspace {name!r} per_chunk")
+        time_chunk = _chunk_value(raw.get("time_chunk"), f"{where}: workspace {name!r} "
+                                  "time_chunk")
+    if role == "size" and name == TIME_CHUNK:
+        rule = _parse_rule(raw.get("chunk_rule"), f"{where}: size argument {name!r}")
+    timed = _flag(raw.get("timed", False), f"{where}: argument {name!r} timed")
+    lane = _flag(raw.get("lane", False), f"{where}: argument {name!r} lane")
+    return ArgInfo(name=name, role=role, timed=timed, lane=lane, dtype=dtype,
+                   per_chunk=per_chunk, time_chunk=time_chunk, chunk_rule=rule)
+
+
+def _flag(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ArtifactError(f"{what} must be true or false, got {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    """A value for a message: its repr, cut short (a hostile manifest may hold megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _parse_rule(raw: Any, where: str) -> ChunkRule:
+    if not isinstance(raw, Mapping):
+        raise ArtifactError(f"{where}: needs chunk_rule {{tile, min_tiles, fill, "
+                            "unchunked_from}}, "
+                            f"got {_show(raw)}")
+    tile = _positive(raw.get("tile"), f"{where}: chunk_rule tile")
+    min_tiles = _positive(raw.get("min_tiles", 1), f"{where}: chunk_rule min_tiles")
+    fill = raw.get("fill", 1.0)
+    unchunked = raw.get("unchunked_from", fill)
+    numbers = {}
+    for key, v in (("fill", fill), ("unchunked_from", unchunked)):
+        numbers[key] = _positive_number(v, f"{where}: chunk_rule {key}")
+    return ChunkRule(tile=tile, min_tiles=min_tiles, fill=numbers["fill"],
+                     unchunked_from=numbers["unchunked_from"])
+
+
+def _positive_number(value: Any, what: str) -> float:
+    """A finite positive number no larger than 2**20 (a factor of the machine's block slots)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        try:
+            number = float(value)
+        except OverflowError:   # an integer too large for a float
+            ok = False
+        else:
+            ok = math.isfinite(number) and 0 < number <= 2**20
+    if not ok:
+        raise ArtifactError(f"{what} must be a positive number (at most 2**20), "
+                            f"got {_show(value)}")
+    return number
+
+
+def _chunk_value(value: Any, what: str) -> int | str:
+    """A positive integer, or the name of the size argument that gives it per call."""
+    if value == TIME_CHUNK:
+        return TIME_CHUNK
+    return _positive(value, what + f" (a positive integer or {TIME_CHUNK!r})")
+
+
+def _positive(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_INT:
+        raise ArtifactError(f"{what} must be a positive integer (at most 2**62), "
+                            f"got {_show(value)}")
+    return value
+
+
+#: largest integer of a geometry field: every size is computed in int64 on the device side
+MAX_INT = 2**62
+
+
+#: a PTX entry point or an argument name
+_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]{0,255}")
+
+
+def _parse_kernel(raw: Any, index: int) -> KernelInfo:
+    where = f"kernels[{index}]"
+    if not isinstance(raw, Mapping):
+        raise ArtifactError(f"{where}: must be an object, got {_show(raw)}")
+    name = _need(raw, "name", where)
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
+        raise ArtifactError(f"{where}: name must be the PTX entry symbol (an identifier), "
+                            f"got {_show(name)}")
+    ptx = raw.get("ptx", DEFAULT_PTX)
+    if not isinstance(ptx, str) or not PTX_NAME.fullmatch(ptx):
+        raise ArtifactError(f"{where}: ptx must be the name of a .ptx file in the artifact "
+                            f"directory (no path, no '..'), got {_show(ptx)}")
+    block_raw = _need(raw, "block", where)
+    if (not isinstance(block_raw, Sequence) or not 1 <= len(block_raw) <= 3
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0
+                       for b in block_raw)):
+        raise ArtifactError(f"{where}: block must be 1 to 3 positive integers, "
+                            f"got {_show(block_raw)}")
+    block = tuple(block_raw) + (1,) * (3 - len(block_raw))
+    if max(block) > 1024 or math.prod(block) > 1024:
+        raise ArtifactError(f"{where}: block {_show(list(block))} has more than 1024 threads")
+    spb = _positive(raw.get("sequences_per_block", 1), f"{where}: sequences_per_block")
+    shared = raw.get("shared_bytes", 0)
+    if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= 2**31:
+        raise ArtifactError(f"{where}: shared_bytes must be a non-negative integer, "
+                            f"got {_show(shared)}")
+    args_raw = _need(raw, "args", where)
+    if not isinstance(args_raw, list):
+        raise ArtifactError(f"{where}: args must be a list, got {_show(args_raw)}")
+    if len(args_raw) > MAX_ARGS:
+        raise ArtifactError(f"{where}: args has {len(args_raw)} entries, at most {MAX_ARGS}")
+    args = tuple(_parse_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args_raw))
+    # an input may share its name with a state (h0, output) or a size (the selective scan's C)
+    names = [(a.name, a.role if a.role in ("h0", "output", "size", "workspace") else "array")
+             for a in args]
+    dup = sorted({f"{n} ({r})" for n, r in names if names.count((n, r)) > 1})
+    if dup:
+        raise ArtifactError(f"{where}: duplicate arguments {dup}")
+    time_chunk = raw.get("time_chunk")
+    if time_chunk is not None:
+        time_chunk = _chunk_value(time_chunk, f"{where}: time_chunk")
+    longer = raw.get("launch_when_longer_than")
+    if longer is not None and longer != TIME_CHUNK and (
+            not isinstance(longer, int) or isinstance(longer, bool)
+            or not 0 <= longer <= MAX_INT):
+        raise ArtifactError(f"{where}: launch_when_longer_than must be a non-negative integer "
+                            f"or {TIME_CHUNK!r}, got {_show(longer)}")
+    per_call = [v for v in (time_chunk, longer, *(a.time_chunk for a in args)) if v == TIME_CHUNK]
+    if per_call and not any(a.role == "size" and a.name == TIME_CHUNK for a in args):
+        raise ArtifactError(f"{where}: uses {TIME_CHUNK!r} per call but has no size argument "
+                            f"{TIME_CHUNK!r}")
+    return KernelInfo(name=name, ptx=ptx, block=(int(block[0]), int(block[1]), int(block[2])),
+                      sequences_per_block=spb, shared_bytes=shared, args=args,
+                      time_chunk=time_chunk, launch_when_longer_than=longer)
+
+
+#: most kernels a contract may list
+MAX_KERNELS = 64
+
+
+def parse_kernels(raw: Any, where: str = "kernels") -> tuple[KernelInfo, ...]:
+    """The typed kernels of a contract from their manifest form (checked field by field)."""
+    if not isinstance(raw, list) or not raw:
+        raise ArtifactError(f"{where} must be a non-empty list, got {_show(raw)}")
+    if len(raw) > MAX_KERNELS:
+        raise ArtifactError(f"{where} has {len(raw)} entries, at most {MAX_KERNELS}")
+    return tuple(_parse_kernel(k, i) for i, k in enumerate(raw))
