@@ -8,8 +8,10 @@
 
 Every method is checked against a float64 reference before it is timed; a wrong result is
 reported, never timed.  Times are CUDA-event medians after warm-up with L2 flushed before each
-launch; bandwidth counts 12 bytes an element (read a and b, write h).  Only NumPy and CuPy are
-needed; the peers (PyTorch, JAX, cuda-cccl, accelerated-scan) are used when they import.
+launch; bandwidth counts 12 bytes an element (read a and b, write h).  NumPy, CuPy and the front
+end (sympy's affine decomposition says which artifacts are the affine scan the baselines solve)
+are needed, never MLIR; the peers (PyTorch, JAX, cuda-cccl, accelerated-scan) are used when they
+import.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The float64 reference of the affine scan ``h[t] = a[t] * h[t-1] + b[t]`` and the error measure.
 
-The benchmark times one problem, the scalar affine scan over ``(C, L)`` arrays, so its ground
-truth needs no symbolic machinery: this module computes it from the arrays directly, with NumPy
-or CuPy (``xp``), in float64.  That keeps ``scanweaver bench`` free of sympy and MLIR.  For any
-other recurrence the tests and ``scanweaver run`` use :func:`explorer.reference` where it imports.
+The benchmark times one problem beside its baselines, the scalar affine scan over ``(C, L)``
+arrays, so its ground truth is computed from the arrays directly, with NumPy or CuPy (``xp``), in
+float64, on the device where the arrays are.  Whether a compiled recurrence *is* that scan is for
+the front end and the affine decomposition to say (:func:`affine_roles`), never the text's
+spelling.  For any other recurrence the benchmark and ``scanweaver run`` use
+:func:`explorer.reference`.
 
 Long sequences are computed in chunks (a sequential scan inside each chunk, vectorised over all
 chunks, then one pass over the chunks to carry the state across their boundaries), the same
@@ -13,10 +15,13 @@ arithmetic reordered; a plain loop over L would need 2**26 Python steps for L = 
 from __future__ import annotations
 
 import math
-import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from explorer.frontend.recurrence import Recurrence
+    from explorer.passes.affine import AffineForm
 
 #: sequences shorter than this are scanned with one loop over time
 SEQUENTIAL_BELOW = 4096
@@ -91,34 +96,33 @@ def random_problem(C: int, L: int, seed: int = 0, xp: Any = np) -> tuple[Any, An
     return a, b
 
 
-# --- recognising the affine scan without sympy ---------------------------------------------
+# --- recognising the affine scan: the decomposition says what a recurrence computes -------
 
-_NAME = r"([A-Za-z_]\w*)"
+def form_roles(form: AffineForm) -> tuple[str, str, str] | None:
+    """``(state, a, b)`` when ``form`` is the affine scan the baselines implement, else None.
 
-
-def affine_roles(text: str) -> tuple[str, str, str] | None:
-    """``(state, a, b)`` when ``text`` is the scalar affine scan written in one of its usual forms.
-
-    ``h[t] = a[t] * h[t-1] + b[t]`` (either product order, either order of the sum) gives
-    ``("h", "a", "b")``; anything else gives None.  Used where sympy is absent; with sympy the
-    affine decomposition answers the general question.
+    That is a scalar form (one state, no lane axis) whose ``A_t`` is one input and ``b_t``
+    another, with no parameter and no readout: ``h[t] = a[t] * h[t-1] + b[t]`` however it is
+    written (``h[t] = b[t] + h[t-1] * a[t]``, ``h[t] = a[t] * (h[t-1]) + b[t]``, ...) gives
+    ``("h", "a", "b")``.  A constant decay, a second lag, a parameter or a readout do not.
     """
-    s = re.sub(r"\s+", "", text.strip())
-    if "\n" in text.strip() or ";" in s:
+    if form.kind != "scalar" or form.vector or form.params or form.readouts:
         return None
-    m = re.fullmatch(_NAME + r"\[t\]=(.*)", s)
-    if not m:
+    A, b = form.A[0, 0], form.b[0, 0]
+    if not (A.is_Symbol and b.is_Symbol) or A == b:
         return None
-    h, rhs = m.group(1), m.group(2)
-    prev = re.escape(h) + r"\[t-1\]"
-    x = _NAME + r"\[t\]"
-    prods = [x + r"\*" + prev, prev + r"\*" + x]
-    for prod in prods:
-        for pattern in (prod + r"\+" + x, x + r"\+" + prod):
-            mm = re.fullmatch(pattern, rhs)
-            if mm:
-                g = mm.groups()
-                a, b = (g[0], g[1]) if pattern.startswith(prod) else (g[1], g[0])
-                if len({h, a, b}) == 3:
-                    return h, a, b
-    return None
+    a_name, b_name = str(A), str(b)
+    if set(form.inputs) != {a_name, b_name}:
+        return None
+    return form.outputs[0], a_name, b_name
+
+
+def affine_roles(recurrence: Recurrence | str) -> tuple[str, str, str] | None:
+    """:func:`form_roles` of the affine decomposition of ``recurrence`` (or of its text, parsed
+    by the front end); raises :class:`~explorer.errors.RecurrenceError` for text that is not a
+    recurrence of the language."""
+    from explorer.frontend.recurrence import Recurrence
+    from explorer.passes.affine import decompose
+
+    rec = recurrence if isinstance(recurrence, Recurrence) else Recurrence.parse(recurrence)
+    return form_roles(decompose(rec))

@@ -460,29 +460,19 @@ def baselines(names: str | list[str] | None = None) -> list[Method]:
 # --- generated kernels -----------------------------------------------------------------------
 
 def artifact_roles(art: Any) -> tuple[str, str, str]:
-    """(state, a, b) for an artifact of the scalar affine scan; Skip for anything else."""
-    roles = None
-    try:
-        from explorer.passes.affine import decompose  # needs sympy
-
-        form = decompose(art.recurrence)
-        if form.kind == "scalar" and not form.vector and len(form.inputs) == 2 \
-                and not form.params and not form.readouts:
-            import sympy
-
-            A, bb = form.A[0, 0], form.b[0, 0]
-            names = {str(s) for s in (A.free_symbols | bb.free_symbols)}
-            if isinstance(A, sympy.Symbol) and isinstance(bb, sympy.Symbol) and \
-                    len(names) == 2:
-                roles = (form.outputs[0], str(A), str(bb))
-    except Exception:
-        roles = None
-    if roles is None:
-        roles = affine_roles(art.recurrence)
+    """(state, a, b) for an artifact whose recurrence decomposes into the scalar affine scan
+    (:func:`explorer.bench.affine.affine_roles`); Skip for anything else."""
+    roles = affine_roles(art.recurrence)
     if roles is None:
         raise Skip(f"the benchmark times the scalar affine scan h[t] = a[t]*h[t-1] + b[t]; "
                    f"this artifact computes {art.recurrence!r}")
     return roles
+
+
+def reversed_in_time(art: Any) -> bool:
+    """True for an artifact compiled with ``reverse=True``: ``h[t] = A_t h[t+1] + b_t``, the
+    forward scan of the inputs flipped in time, flipped back."""
+    return bool(art.options.get("reverse", False))
 
 
 #: the CPU float64 reference of a general recurrence: skip sizes beyond this many elements
@@ -493,10 +483,11 @@ def generated(path: str | os.PathLike[str], name: str | None = None,
               state_size: int = 16) -> Method:
     """A method running a compiled artifact through :class:`explorer.runtime.cuda.CudaKernel`.
 
-    The plain affine scan runs on the sweep's ``(a, b)``, beside the baselines.  Any other
-    recurrence (the selective scan, say) runs on its own random inputs (``state_size`` lanes for
-    vector states), is checked against :func:`explorer.reference` (float64, CPU; needs sympy),
-    and counts the bytes of all its inputs and outputs; no baseline solves that problem.
+    The plain affine scan runs on the sweep's ``(a, b)``, beside the baselines (compiled with
+    ``reverse=True`` it checks itself against the reference of the flipped sequence).  Any
+    other recurrence (the selective scan, say) runs on its own random inputs (``state_size``
+    lanes for vector states), is checked against :func:`explorer.reference` (float64, CPU), and
+    counts the bytes of all its inputs and outputs; no baseline solves that problem.
     """
     from explorer.runtime.artifact import load_artifact
 
@@ -507,47 +498,94 @@ def generated(path: str | os.PathLike[str], name: str | None = None,
     except Skip:
         return Method(label, "generated", lambda p: _general_setup(art, p, state_size),
                       art.describe(), artifact=str(path))
+    reverse = reversed_in_time(art)
 
     def setup(p: Problem) -> Prepared:
+        import cupy as cp
+
+        from explorer.bench.affine import affine_scan_f64, max_rel_error
         from explorer.runtime.cuda import CudaKernel
 
         kernel = CudaKernel.from_artifact(art, poison=True)
         launch = kernel.prepare(**{a_name: p.a, b_name: p.b})
         out_name = kernel.output_names[0]
-        return Prepared(launch.launch, lambda: launch.outputs[out_name].reshape(p.C, p.L),
-                        note=art.describe())
+
+        def output() -> Any:
+            return launch.outputs[out_name].reshape(p.C, p.L)
+
+        check = None
+        if reverse:
+            ref = affine_scan_f64(p.a[:, ::-1], p.b[:, ::-1], xp=cp)[:, ::-1]
+
+            def check() -> float:
+                return max_rel_error(output(), ref, xp=cp)
+
+        return Prepared(launch.launch, output, note=art.describe(), check=check)
 
     return Method(label, "generated", setup, art.describe(), artifact=str(path))
+
+
+@dataclass
+class GeneralProblem:
+    """Inputs and float64 reference of a recurrence other than the affine scan, for one size."""
+
+    arrays: dict[str, Any]      # NumPy float32, time the last axis
+    L: int | None               # the length to pass: only when no input is indexed by time
+    refs: dict[str, Any]        # output name -> float64 reference
+    lanes: int                  # N for a vector state, else 1
+
+
+def general_problem(art: Any, kernel: Any, C: int, L: int, N: int) -> GeneralProblem:
+    """Random inputs for ``kernel`` at ``(C, L)`` (``N`` lanes for a vector state) and their
+    float64 reference; Skip when the reference would take too long on the CPU.
+
+    With no input indexed by time the arrays cannot say how long the sequence is, so ``L`` is
+    passed to the reference and to the kernel; a reversed artifact is checked against the
+    forward reference of its inputs flipped in time, flipped back.
+    """
+    import numpy as np
+
+    import explorer
+    from explorer.bench.inputs import random_inputs
+
+    lanes = N if kernel.vector else 1
+    if C * L * lanes > GENERAL_REFERENCE_MAX:
+        raise Skip(f"C*N*L = {C * L * lanes} > {GENERAL_REFERENCE_MAX}: the float64 "
+                   "reference of this recurrence runs on the CPU")
+    arrays = random_inputs(kernel, C, L, N, seed=C + L)
+    length = None if any(s.timed for s in kernel.specs) else L
+    reverse = reversed_in_time(art)
+    timed = {s.name for s in kernel.specs if s.timed}
+
+    def flip(x: Any) -> Any:
+        return np.ascontiguousarray(np.asarray(x)[..., ::-1])
+
+    given = {k: flip(v) if reverse and k in timed else v for k, v in arrays.items()}
+    ref = explorer.reference(art.recurrence, L=length, **given)
+    refs = ref if isinstance(ref, dict) else {kernel.output_names[0]: ref}
+    if reverse:
+        refs = {k: flip(v) for k, v in refs.items()}
+    return GeneralProblem(arrays, length, refs, lanes)
 
 
 def _general_setup(art: Any, p: Problem, N: int) -> Prepared:
     import cupy as cp
     import numpy as np
 
-    import explorer
     from explorer.bench.affine import max_rel_error
-    from explorer.bench.inputs import random_inputs
     from explorer.runtime.cuda import CudaKernel
 
     kernel = CudaKernel.from_artifact(art, poison=True)
-    lanes = N if kernel.vector else 1
-    if p.C * p.L * lanes > GENERAL_REFERENCE_MAX:
-        raise Skip(f"C*N*L = {p.C * p.L * lanes} > {GENERAL_REFERENCE_MAX}: the float64 "
-                   "reference of this recurrence runs on the CPU")
-    arrays = random_inputs(kernel, p.C, p.L, N, seed=p.C + p.L)
-    try:
-        ref = explorer.reference(art.recurrence, **arrays)
-    except ImportError as err:
-        raise Skip(f"explorer.reference is unavailable ({err})") from None
-    refs = ref if isinstance(ref, dict) else {kernel.output_names[0]: ref}
-    launch = kernel.prepare(**{k: cp.asarray(v) for k, v in arrays.items()})
+    g = general_problem(art, kernel, p.C, p.L, N)
+    launch = kernel.prepare(L=g.L, **{k: cp.asarray(v) for k, v in g.arrays.items()})
 
     def check() -> float:
-        errs = [max_rel_error(cp.asnumpy(launch.outputs[n]).reshape(np.shape(refs[n])), refs[n])
-                for n in kernel.output_names if n in refs]
+        errs = [max_rel_error(cp.asnumpy(launch.outputs[n]).reshape(np.shape(g.refs[n])),
+                              g.refs[n])
+                for n in kernel.output_names if n in g.refs]
         return max(errs) if errs else float("inf")
 
-    moved = 4 * (sum(int(np.size(v)) for v in arrays.values())
+    moved = 4 * (sum(int(np.size(v)) for v in g.arrays.values())
                  + sum(int(v.size) for v in launch.outputs.values()))
     return Prepared(launch.launch, lambda: None, check=check, bytes_moved=moved,
-                    note=f"{art.describe()}; own inputs (N={lanes}), bytes = inputs + outputs")
+                    note=f"{art.describe()}; own inputs (N={g.lanes}), bytes = inputs + outputs")

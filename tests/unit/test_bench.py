@@ -10,7 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from explorer.bench.affine import affine_roles, affine_scan_f64, max_rel_error, random_problem
+from explorer.bench.affine import (
+    affine_roles,
+    affine_scan_f64,
+    form_roles,
+    max_rel_error,
+    random_problem,
+)
 from explorer.bench.methods import ALIASES, BASELINES, baselines
 from explorer.bench.results import (
     Record,
@@ -71,12 +77,37 @@ def test_max_rel_error_scales_and_flags_nan() -> None:
     ("h[t] = a[t] * h[t-1] + b[t]", ("h", "a", "b")),
     ("h[t]=h[t-1]*g[t]+x[t]", ("h", "g", "x")),
     ("y[t] = u[t] + d[t] * y[t-1]", ("y", "d", "u")),
+    # spellings a pattern over the text missed: the decomposition sees the same scan
+    ("h[t] = b[t] + (h[t-1]) * a[t]", ("h", "a", "b")),
+    ("s[t] = x[t]*s[t-1] + y[t]  # a comment", ("s", "x", "y")),
+    ("h[t] = a[t] * h[t-1] + b[t] + 0 * b[t]", ("h", "a", "b")),
+    # not the scan the baselines solve
     ("h[t] = 0.9 * h[t-1] + x[t]", None),
     ("h[t] = a[t] * h[t-2] + b[t]", None),
     ("h[t] = a[t] * h[t-1] + b[t]\ny[t] = h[t]", None),
+    ("h[t] = a[t] * h[t-1] + a[t]", None),
+    ("h[t] = a[t] * h[t-1] + b[t] * c[t]", None),
+    ("h[t] = a[t] * (h[t-1] + b[t])", None),
+    ("h[t] = g * h[t-1] + b[t]", None),
+    ("h[t] = a[t] * h[t-1] + b[t] + c", None),
+    ("h[t, n] = a[t] * h[t-1, n] + b[t]", None),
+    ("h[t] = exp(a[t]) * h[t-1] + b[t]", None),
 ])
-def test_affine_roles(text: str, roles: tuple[str, str, str] | None) -> None:
+def test_affine_roles_come_from_the_decomposition(text: str,
+                                                  roles: tuple[str, str, str] | None) -> None:
+    from explorer.frontend.recurrence import Recurrence
+    from explorer.passes.affine import decompose
+
     assert affine_roles(text) == roles
+    rec = Recurrence.parse(text)
+    assert affine_roles(rec) == roles == form_roles(decompose(rec))
+
+
+def test_the_bench_recognises_no_text_pattern() -> None:
+    import explorer.bench.affine as affine
+
+    source = Path(affine.__file__).read_text()
+    assert "import re" not in source and "re.fullmatch" not in source
 
 
 def test_parse_sizes() -> None:
@@ -226,7 +257,8 @@ def test_random_inputs_follow_the_kernel(tmp_path: Path) -> None:
     def arg(name: str, role: str, timed: bool, lane: bool) -> dict[str, Any]:
         return {"name": name, "role": role, "timed": timed, "lane": lane}
 
-    m = _manifest(recurrence="selective", outputs=["h"], vector=True)
+    m = _manifest(recurrence="h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + D * dt[t] * B[t, n]",
+                  outputs=["h"], vector=True)
     m["kernels"][0]["args"] = [arg("dt", "input", True, False), arg("B", "input", True, True),
                                arg("A", "param", False, True), arg("D", "param", False, False),
                                arg("h", "output", True, True)]
@@ -239,3 +271,63 @@ def test_random_inputs_follow_the_kernel(tmp_path: Path) -> None:
     affine = CudaKernel.from_artifact(write_artifact(tmp_path / "a", PTX, _manifest()))
     a = random_inputs(affine, C=2, L=50)["a"]
     assert a.min() >= 0.5 and a.max() <= 1.0
+
+
+# -- recurrences other than the affine scan: their own inputs, L, the reversed scan ---------------
+
+def _artifact(tmp_path: Path, text: str, **options: Any) -> Any:
+    pytest.importorskip("mlir.ir", reason="compiling needs MLIR's Python bindings")
+    import explorer as ex
+    from explorer.runtime.artifact import load_artifact
+
+    c = ex.compile(text, target="cuda", strategy="blelloch", block_size=32,
+                   elements_per_thread=2, **options)
+    return c, load_artifact(c.save(tmp_path / "art"))
+
+
+@pytest.mark.parametrize("text", [
+    "h[t] = 0.9 * h[t-1] + 1",            # no array at all
+    "h[t] = a * h[t-1] + 1",              # a parameter, nothing indexed by time
+    "h[t] = a[t] * h[t-1] + b[t]\ny[t] = 2 * h[t]",   # a readout: not the baselines' scan
+])
+def test_general_problems_pass_the_length_when_no_input_is_timed(tmp_path: Path,
+                                                                 text: str) -> None:
+    from explorer.bench.methods import Skip, artifact_roles, general_problem
+    from explorer.runtime.cuda import CudaKernel
+
+    c, art = _artifact(tmp_path, text)
+    with pytest.raises(Skip, match="scalar affine scan"):
+        artifact_roles(art)
+    kernel = CudaKernel.from_artifact(art)
+    C, L = 3, 70
+    g = general_problem(art, kernel, C, L, N=4)
+    timed = any(s.timed for s in kernel.specs)
+    assert g.L == (None if timed else L)
+    kernel.check(L=g.L, **g.arrays)   # what the sweep's launch is given is a valid call
+    # the reference the sweep checks against is what the compiled kernel computes (CPU here)
+    got = c(device="cpu", L=g.L, **g.arrays)
+    outs = got if isinstance(got, dict) else {kernel.output_names[0]: got}
+    for name, ref in g.refs.items():
+        assert np.shape(ref)[-1] == L
+        assert max_rel_error(outs[name], ref) < 1e-5, name
+
+
+def test_a_reversed_recurrence_is_checked_against_the_flipped_reference(tmp_path: Path) -> None:
+    from explorer.bench.methods import general_problem, reversed_in_time
+    from explorer.runtime.cuda import CudaKernel
+
+    text = "h[t] = a[t] * h[t-1] + b[t] * x\ny[t] = h[t] + x"
+    c, art = _artifact(tmp_path, text, reverse=True)
+    assert reversed_in_time(art)
+    kernel = CudaKernel.from_artifact(art)
+    g = general_problem(art, kernel, 2, 90, N=4)
+    got = c(device="cpu", **g.arrays)
+    for name, ref in g.refs.items():
+        assert max_rel_error(got[name], ref) < 1e-5, name
+
+
+def test_a_reversed_affine_scan_is_still_the_baselines_problem(tmp_path: Path) -> None:
+    from explorer.bench.methods import artifact_roles, reversed_in_time
+
+    _, art = _artifact(tmp_path, "h[t] = a[t] * h[t-1] + b[t]", reverse=True)
+    assert artifact_roles(art) == ("h", "a", "b") and reversed_in_time(art)
