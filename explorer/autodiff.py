@@ -715,8 +715,9 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
     for o in form.outputs:
         g = cotangents.get(o)
         lane = vector and o in rec.states
-        if g is None:
-            g = ops.zeros((*batch, N if lane else 1, length), like)
+        if g is None:   # an output the loss does not read: zeros, never laid out
+            g = ops.broadcast(ops.zeros((1,) * (rank + 2), like),
+                              (*batch, N if lane else 1, length))
         else:
             g = flip(g if lane else g.reshape((*batch, 1, length)))
         env[names.cotangent[o]] = g

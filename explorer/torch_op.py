@@ -379,6 +379,7 @@ class RecurrenceOp:
     # -- autograd ------------------------------------------------------------------------------
     def _setup(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         outs = output if isinstance(output, tuple) else (output,)
+        ctx.set_materialize_grads(False)   # an output the loss does not read stays None
         n = len(self.specs.names)
         tensors = list(inputs[:n])
         ctx.present = [x is not None for x in tensors]
