@@ -10,9 +10,9 @@ under the text box; nothing raises into the notebook cell.
 from __future__ import annotations
 
 import html
-import inspect
+import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
@@ -28,6 +28,9 @@ from explorer.widget.views import (
     TreeView,
     View,
 )
+
+if TYPE_CHECKING:
+    from explorer.compiler import Compiled
 
 _STRATEGY_LABELS = {"blelloch": "Blelloch (work-efficient tree)", "sequential": "sequential",
                     "kogge_stone": "Kogge-Stone"}
@@ -99,8 +102,9 @@ class Explorer(widgets.VBox):
     it shows that result as it is, without compiling; edits in the box compile anew.
 
     Attributes worth reading from code: ``compiled`` (the last successful compilation, or None),
-    ``error`` (the last error, or None), ``mlir`` (the pass view: ``mlir.select(i)``), ``run``
-    (the run panel: ``run.run_and_check()``, ``run.sweep(wait=True)``).
+    ``error`` (the last error, or None), ``mlir`` (the pass view: ``mlir.select(i)``),
+    ``tree_view`` (the plan read from the ``scan-plan`` pass's IR), ``run`` (the run panel:
+    ``run.run_and_check()``, ``run.sweep(wait=True)``).
     """
 
     TAB_TITLES = ("Recurrence", "Affine", "Scan tree", "MLIR", "LLVM IR", "PTX", "Run")
@@ -108,19 +112,22 @@ class Explorer(widgets.VBox):
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
                  strategy: str = "blelloch", block_size: int | None = None,
                  elements_per_thread: int | None = None, chip: str = "sm_90",
-                 dtype: str = "float32") -> None:
+                 dtype: str = "float32", reverse: bool = False) -> None:
         from explorer.codegen.options import Options, validate
+        from explorer.compiler import Compiled
+        from explorer.frontend.recurrence import Recurrence
 
         table = presets()
         if recurrence is None:
             recurrence = next(iter(table.values()))
-        given = recurrence if hasattr(recurrence, "stages") else None  # a compiled result
+        given = recurrence if isinstance(recurrence, Compiled) else None
         if given is not None:
+            # a compiled record: its options are complete (checked when it was made or read)
             opts = given.options
             recurrence = given.recurrence
-            target, strategy, chip = given.target, given.strategy, opts.get("chip", chip)
-            block_size = opts.get("block_size", block_size)
-            elements_per_thread = opts.get("elements_per_thread", elements_per_thread)
+            target, strategy = given.target, given.strategy
+            chip, dtype, reverse = opts["chip"], opts["dtype"], opts["reverse"]
+            block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         if block_size is None:
             block_size = defaults.block_size
@@ -129,13 +136,16 @@ class Explorer(widgets.VBox):
         # checked before any control is built: a bad value raises OptionError naming it and
         # what is accepted (the controls offer exactly the accepted values)
         validate(strategy, target, block_size=block_size,
-                 elements_per_thread=elements_per_thread, chip=chip, dtype=dtype)
-        text = getattr(recurrence, "text", recurrence)
-        if not isinstance(text, str):
+                 elements_per_thread=elements_per_thread, chip=chip, dtype=dtype,
+                 reverse=reverse)
+        if isinstance(recurrence, Recurrence):
+            recurrence = recurrence.text
+        if not isinstance(recurrence, str):
             raise TypeError("Explorer takes recurrence text, an explorer.Recurrence or a "
                             "compiled result")
+        text = recurrence
 
-        self.compiled: Any = None
+        self.compiled: Compiled | None = None
         self.error: BaseException | None = None
 
         # -- the recurrence box --------------------------------------------------------------
@@ -172,10 +182,15 @@ class Explorer(widgets.VBox):
                                       layout=widgets.Layout(width="170px"), style=style)
         self.chip = widgets.Dropdown(options=chips, value=chip, description="chip",
                                      layout=widgets.Layout(width="150px"), style=style)
-        self._accepted = self._compile_parameters()
-        if "dtype" not in self._accepted or len(dtypes) == 1:
+        self.reverse = widgets.Checkbox(value=reverse, description="reverse (scan backwards "
+                                        "in time)", indent=False,
+                                        tooltip="h[t] = A_t h[t+1] + b_t, the initial state "
+                                                "after the last step",
+                                        layout=widgets.Layout(width="230px"))
+        self.reverse.add_class("sw-reverse")
+        if len(dtypes) == 1:
             self.dtype.disabled = True
-            self.dtype.tooltip = "the compiler generates float32 kernels"
+            self.dtype.tooltip = f"the compiler generates {dtypes[0]} kernels"
 
         # -- stage views ---------------------------------------------------------------------
         self.recurrence_view = RecurrenceView()
@@ -201,7 +216,7 @@ class Explorer(widgets.VBox):
             self.text,
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
-                          self.elements_per_thread, self.dtype, self.chip],
+                          self.elements_per_thread, self.dtype, self.chip, self.reverse],
                          layout=widgets.Layout(flex_flow="row wrap")),
             self.times.widget,
             self.tabs,
@@ -212,7 +227,7 @@ class Explorer(widgets.VBox):
         self.text.observe(lambda _c: self.recompile(), names="value")
         self.compile_button.on_click(lambda _b: self.recompile())
         for control in (self.target, self.strategy, self.block_size, self.elements_per_thread,
-                        self.dtype, self.chip):
+                        self.dtype, self.chip, self.reverse):
             control.observe(lambda _c: self.recompile(), names="value")
         self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
         if given is not None:
@@ -221,30 +236,17 @@ class Explorer(widgets.VBox):
             self.recompile()
 
     # -- compiling ---------------------------------------------------------------------------
-    @staticmethod
-    def _compile_parameters() -> set[str]:
-        """Names of the options ``explorer.compile`` takes (all of ours when it takes **options)."""
-        import explorer
-
-        try:
-            parameters = inspect.signature(explorer.compile).parameters
-        except (TypeError, ValueError):
-            return set()
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            return {"target", "strategy", "block_size", "elements_per_thread", "chip", "dtype"}
-        return set(parameters)
-
     def options(self) -> dict[str, Any]:
-        """The compile options chosen in the controls."""
-        chosen: dict[str, Any] = {
+        """The compile options chosen in the controls (keywords of ``explorer.compile``)."""
+        return {
             "target": self.target.value,
             "strategy": self.strategy.value,
             "block_size": self.block_size.value,
             "elements_per_thread": self.elements_per_thread.value,
             "chip": self.chip.value,
             "dtype": self.dtype.value,
+            "reverse": bool(self.reverse.value),
         }
-        return {k: v for k, v in chosen.items() if k in self._accepted}
 
     def recompile(self) -> bool:
         """Compile the text in the box with the chosen options; True on success.
@@ -255,6 +257,7 @@ class Explorer(widgets.VBox):
         import explorer
 
         self.status.value = "<i>compiling…</i>"
+        start = time.perf_counter()
         try:
             compiled = explorer.compile(self.text.value, **self.options())
         except Exception as err:  # noqa: BLE001 - every error is shown in the widget
@@ -263,17 +266,21 @@ class Explorer(widgets.VBox):
             stale = " (the tabs show the last compilation that worked)" if self.compiled else ""
             self.status.value = f"<span style='color:#a00000'>error{stale}</span>"
             return False
-        self._show_compiled(compiled)
+        self._show_compiled(compiled, time.perf_counter() - start)
         return True
 
-    def _show_compiled(self, compiled: Any) -> None:
-        """Show what ``compiled`` recorded in every view."""
+    def _show_compiled(self, compiled: Compiled, seconds: float | None = None) -> None:
+        """Show what ``compiled`` recorded in every view (``seconds``: how long the compile
+        that made it took here; None for a record given to the explorer)."""
         self.error = None
         self.error_box.value = ""
         self.compiled = compiled
-        total = sum(getattr(s, "seconds", 0.0) or 0.0 for s in compiled.stages.values())
-        done = ("loaded from the compile cache" if getattr(compiled, "from_cache", False)
-                else f"compiled in {total:.2f} s")
+        if seconds is None:
+            done = "shown as recorded"
+        elif compiled.from_cache:
+            done = f"loaded from the compile cache in {seconds:.2f} s"
+        else:
+            done = f"compiled in {seconds:.2f} s"
         self.status.value = (f"<span style='color:#0a6a0a'>{done}: {len(compiled.stages)} "
                              f"stages, {len(compiled.passes)} MLIR passes</span>")
         for view in self._views:

@@ -57,19 +57,32 @@ def _finite_and_bounded(result: Any, bound: float = 1e6) -> bool:
     return True
 
 
+def _flip(value: Any) -> Any:
+    """``value`` reversed along time (its last axis); a dict of them, each reversed."""
+    if isinstance(value, dict):
+        return {k: _flip(v) for k, v in value.items()}
+    return np.ascontiguousarray(np.asarray(value)[..., ::-1])
+
+
 def bounded_inputs(recurrence: Any, reference: Callable[..., Any], channels: int, length: int,
-                   state_size: int = 16, seed: int = 0
+                   state_size: int = 16, seed: int = 0, reverse: bool = False
                    ) -> tuple[dict[str, np.ndarray], Any]:
     """Inputs whose float64 reference stays finite and bounded, with that reference.
 
     Tries negative parameters first, then positive ones; returns the last try if neither is
-    bounded (the caller shows the numbers as they are).
+    bounded (the caller shows the numbers as they are).  ``reverse``: the reference of a scan
+    backwards in time (compiled with ``reverse=True``), the forward reference of the inputs
+    flipped in time, flipped back.
     """
     arrays: dict[str, np.ndarray] = {}
     expected: Any = None
     for sign in (-1.0, 1.0):
         arrays = sample_inputs(recurrence, channels, length, state_size, seed, sign)
-        expected = reference(recurrence, **length_argument(recurrence, length), **arrays)
+        given = {k: _flip(v) if reverse and k in recurrence.inputs else v
+                 for k, v in arrays.items()}
+        expected = reference(recurrence, **length_argument(recurrence, length), **given)
+        if reverse:
+            expected = _flip(expected)
         if _finite_and_bounded(expected) or not recurrence.params:
             break
     return arrays, expected

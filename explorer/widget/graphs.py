@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from explorer.passes.affine import AffineForm
 
 _SVG_SIZE = re.compile(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
 
@@ -67,11 +70,11 @@ def _short(expr: Any, limit: int = 28) -> str:
 
 
 def _names(expr: Any) -> list[str]:
-    symbols: set[Any] = getattr(expr, "free_symbols", set())
-    return sorted(str(s) for s in symbols)
+    """The names a sympy expression of the affine form reads."""
+    return sorted(str(s) for s in expr.free_symbols)
 
 
-def dependence_dot(form: Any) -> str:
+def dependence_dot(form: AffineForm) -> str:
     """DOT source of the dependence graph recorded in an ``AffineForm``.
 
     Nodes: every component of the state at ``t-1`` and at ``t``, every input and parameter, every
@@ -114,8 +117,8 @@ def dependence_dot(form: Any) -> str:
         for name in sorted(used):
             if name in inputs or name in params:
                 lines.append(f"  in_{name} -> cur{i} [style=dashed];")
-    symbol_index = {str(sym): i for i, sym in enumerate(getattr(form, "state_symbols", ()))}
-    for out_name, expr in dict(getattr(form, "readouts", {})).items():
+    symbol_index = {str(sym): i for i, sym in enumerate(form.state_symbols)}
+    for out_name, expr in form.readouts.items():
         lines.append(f"  out_{out_name} [label={_quote(out_name + '[t]')}, shape=box,"
                      " fillcolor=\"#dff2df\"];")
         for name in _names(expr):

@@ -4,7 +4,8 @@ Every function here returns HTML in which the source text is escaped: a ``<`` or
 can never become markup. Pygments provides the LLVM, PTX and diff lexers; MLIR has no Pygments
 lexer, so :class:`MlirLexer` is a small regular-expression lexer of our own covering the generic
 and custom assembly forms the pipeline prints (SSA values, block labels, symbols, attribute and
-type aliases, dialect types, operation names).
+type aliases, dialect types, operation names, the quoted names of generic-form operations such as
+our ``"scan.sweep"()``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class MlirLexer(RegexLexer):
         "root": [
             (r"\s+", Whitespace),
             (r"//.*?$", Comment.Single),
+            # an operation in generic form, "scan.sweep"(...): its name, not a string
+            (r'"[A-Za-z_][\w$]*\.[\w$.]+"(?=\()', Name.Builtin),
             (r'"(\\\\|\\"|[^"])*"', String),
             # %arg0, %0, %c1_i32, %0#1
             (r"%[\w$.\-]+(#\d+)?", Name.Variable),

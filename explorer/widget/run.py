@@ -15,12 +15,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 import numpy as np
 
 from explorer.widget.data import bounded_inputs, compare, length_argument, sample_inputs
+
+if TYPE_CHECKING:
+    from explorer.compiler import Compiled
 
 RELATIVE_TOLERANCE = 1e-3
 """A run passes when every output's max relative error (float32 against float64) is below this."""
@@ -87,7 +90,7 @@ def time_call(fn: Callable[[], Any], min_seconds: float = 0.2, max_repeats: int 
     return float(np.median(times))
 
 
-def cpu_sweep(compiled: Any, reference: Callable[..., Any], sizes: list[int], channels: int,
+def cpu_sweep(compiled: Compiled, reference: Callable[..., Any], sizes: list[int], channels: int,
               state_size: int, stop: threading.Event, reference_limit: int = 1 << 16
               ) -> Iterator[Measurement]:
     """Time the compiled kernel on the CPU path at each length, and the float64 NumPy reference
@@ -97,11 +100,11 @@ def cpu_sweep(compiled: Any, reference: Callable[..., Any], sizes: list[int], ch
         if stop.is_set():
             return
         arrays = sample_inputs(rec, channels, length, state_size)
-        given = {**length_argument(rec, length), **arrays}
+        given: dict[str, Any] = {**length_argument(rec, length), **arrays}
         result = compiled(**given)
         seconds = time_call(functools.partial(compiled, **given))
-        yield Measurement(f"compiled {getattr(compiled, 'strategy', '')} (CPU)".replace("  ", " "),
-                          length, channels, seconds, _total_bytes(arrays, result), "cpu")
+        yield Measurement(f"compiled {compiled.strategy} (CPU)", length, channels, seconds,
+                          _total_bytes(arrays, result), "cpu")
         if stop.is_set():
             return
         if length <= reference_limit:
@@ -114,20 +117,22 @@ def cpu_sweep(compiled: Any, reference: Callable[..., Any], sizes: list[int], ch
 INTERACTIVE_BASELINES = "cuda-sequential,cub-inclusive-scan,torch-associative-scan"
 
 
-def gpu_sweep(compiled: Any, sizes: list[int], channels: int, state_size: int,
+def gpu_sweep(compiled: Compiled, sizes: list[int], channels: int, state_size: int,
               stop: threading.Event) -> Iterator[Measurement]:
     """Time on the GPU with :func:`explorer.bench.sweep`: CUDA events, L2 flushed, every method
     checked against float64 first, the copy roofline beside the kernel.
 
     The baselines (CUDA C sequential, CUB, torch's associative_scan) compute the scalar affine
-    scan ``h[t] = a[t] * h[t-1] + b[t]``, so they run beside that recurrence only; any other
+    scan ``h[t] = a[t] * h[t-1] + b[t]`` forwards in time, so they run beside a compile whose
+    affine form is that scan (:func:`explorer.bench.affine.form_roles`) only; any other
     recurrence is timed on its own inputs against the copy of the same bytes.  Baselines that
     take minutes to build (accelerated-scan) are left to ``scanweaver bench``.
     """
     from explorer import bench
-    from explorer.bench.affine import affine_roles
+    from explorer.bench.affine import form_roles
 
-    names = INTERACTIVE_BASELINES if affine_roles(compiled.recurrence.text) else "none"
+    alike = form_roles(compiled.form) is not None and not compiled.options["reverse"]
+    names = INTERACTIVE_BASELINES if alike else "none"
     with tempfile.TemporaryDirectory(prefix="explorer-sweep-") as folder:
         compiled.save(folder)
         label = f"compiled {compiled.strategy}"
@@ -179,7 +184,7 @@ class RunPanel:
             self.figure,
         ])
         self.widget.add_class("sw-run-panel")
-        self._compiled: Any = None
+        self._compiled: Compiled | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.measurements: list[Measurement] = []
@@ -203,19 +208,18 @@ class RunPanel:
         return figure
 
     # -- state -------------------------------------------------------------------------------
-    def set_compiled(self, compiled: Any) -> None:
+    def set_compiled(self, compiled: Compiled | None) -> None:
         self._compiled = compiled
-        device = getattr(compiled, "device", "cpu") if compiled is not None else "cpu"
+        device = compiled.device if compiled is not None else "cpu"
         self.device.value = ("<div style='padding:4px 6px;background:#eef4ff;border-radius:3px'>"
                              f"<b>Runs on:</b> {html.escape(device_label(device))}</div>")
-        rec = getattr(compiled, "recurrence", None)
-        vector = bool(getattr(rec, "vector", False))
-        self.state_size.layout.display = "" if vector else "none"
+        rec = compiled.recurrence if compiled is not None else None
+        self.state_size.layout.display = "" if rec is not None and rec.vector else "none"
         # channels only where there are arrays to give them; L always (with no input indexed
         # by time, this box is the only place the length comes from)
-        arrays = bool(getattr(rec, "inputs", ()) or getattr(rec, "params", ()))
-        self.channels.layout.display = "" if arrays or rec is None else "none"
-        timed = rec is None or bool(getattr(rec, "inputs", ()))
+        arrays = rec is None or bool(rec.inputs or rec.params)
+        self.channels.layout.display = "" if arrays else "none"
+        timed = rec is None or bool(rec.inputs)
         self.length.description = "L" if timed else "L (no input is indexed by time)"
         self.length.layout.width = "160px" if timed else "330px"
         self.run_button.disabled = compiled is None
@@ -236,10 +240,12 @@ class RunPanel:
         try:
             arrays, expected = bounded_inputs(compiled.recurrence, explorer.reference,
                                               self.channels.value, self.length.value,
-                                              self.state_size.value)
+                                              self.state_size.value,
+                                              reverse=compiled.options["reverse"])
+            given: dict[str, Any] = {
+                **length_argument(compiled.recurrence, self.length.value), **arrays}
             start = time.perf_counter()
-            result = compiled(**length_argument(compiled.recurrence, self.length.value),
-                              **arrays)
+            result = compiled(**given)
             seconds = time.perf_counter() - start
             rows = compare(result, expected, compiled.form.outputs)
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
@@ -248,7 +254,7 @@ class RunPanel:
             self.last_check = []
             return []
         self.last_check = rows
-        self.check.value = self._check_html(rows, seconds, getattr(compiled, "device", "cpu"))
+        self.check.value = self._check_html(rows, seconds, compiled.device)
         return rows
 
     @staticmethod
@@ -276,10 +282,10 @@ class RunPanel:
                 f"{body}</table>")
 
     # -- sweep -------------------------------------------------------------------------------
-    def _records(self, compiled: Any, sizes: list[int]) -> Iterator[Measurement]:
+    def _records(self, compiled: Compiled, sizes: list[int]) -> Iterator[Measurement]:
         import explorer
 
-        if getattr(compiled, "device", "cpu") == "cuda":
+        if compiled.device == "cuda":
             return gpu_sweep(compiled, sizes, self.channels.value, self.state_size.value,
                              self._stop)
         return cpu_sweep(compiled, explorer.reference, sizes, self.channels.value,
@@ -325,7 +331,7 @@ class RunPanel:
         self.measurements = []
         with self.figure.batch_update():
             self.figure.data = ()
-            device = "GPU" if getattr(compiled, "device", "cpu") == "cuda" else "CPU"
+            device = "GPU" if compiled.device == "cuda" else "CPU"
             self.figure.layout.title.text = (f"throughput against L on the {device}, "
                                              f"{self.channels.value} channels")
         self.progress.max = len(sizes)
@@ -341,7 +347,7 @@ class RunPanel:
                                             daemon=True, name="explorer-sweep")
             self._thread.start()
 
-    def _sweep(self, compiled: Any, sizes: list[int]) -> None:
+    def _sweep(self, compiled: Compiled, sizes: list[int]) -> None:
         finished = False
         try:
             for record in self._records(compiled, sizes):

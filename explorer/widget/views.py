@@ -3,19 +3,28 @@
 A view has a ``widget`` to place in the explorer's tabs and a ``show(compiled)`` method; views are
 drawn lazily (the first time their tab is opened for a compilation) and keep their rendered HTML,
 so reopening a tab or switching back to a pass costs no lexing. No view recomputes a stage: the
-texts, timings, graphs and plans all come from the compiled object.
+texts, timings, graphs and plans all come from the compiled record (a :class:`Compiled`, made
+here or read back with ``load_compiled``), whose fields are read as they are.
 """
 
 from __future__ import annotations
 
 import html
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from explorer.compiler import PLAN_PICTURE_N
+from explorer.passes.plans import MAX_DOT_POSITIONS
 from explorer.widget.graphs import dependence_dot, svg_or_message
 from explorer.widget.highlight import highlight, plain_html, unified_diff
+
+if TYPE_CHECKING:
+    from explorer.codegen.records import PassRecord
+    from explorer.compiler import Compiled, Stage
+    from explorer.passes.plan import Plan
+    from explorer.passes.plans import Level, ScanPlan
 
 
 def _message(text: str, color: str = "#666") -> str:
@@ -32,10 +41,10 @@ def _seconds(seconds: float | None) -> str:
     return f"{seconds:.2f} s"
 
 
-def stage(compiled: Any, name: str) -> Any | None:
-    """The recorded stage ``name`` of ``compiled``, or ``None`` when it was not recorded."""
-    stages = getattr(compiled, "stages", None) or {}
-    return stages.get(name)
+def stage(compiled: Compiled, name: str) -> Stage | None:
+    """The recorded stage ``name`` of ``compiled``, or ``None`` when it was not recorded (no
+    PTX for the CPU target)."""
+    return compiled.stages.get(name)
 
 
 class View:
@@ -47,7 +56,7 @@ class View:
         self.widget: widgets.Widget = widgets.VBox()
         self._drawn_for: int | None = None
 
-    def show(self, compiled: Any) -> None:
+    def show(self, compiled: Compiled) -> None:
         """Draw ``compiled`` unless this very compilation is already drawn."""
         if self._drawn_for == id(compiled):
             return
@@ -57,7 +66,7 @@ class View:
     def reset(self) -> None:
         self._drawn_for = None
 
-    def draw(self, compiled: Any) -> None:  # pragma: no cover - overridden
+    def draw(self, compiled: Compiled) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
 
@@ -73,18 +82,18 @@ class TextStageView(View):
         self.code = widgets.HTML()
         self.widget = widgets.VBox([self.header, self.code])
 
-    def header_html(self, compiled: Any, recorded: Any) -> str:
+    def header_html(self, compiled: Compiled, recorded: Stage) -> str:
         lines = len(recorded.text.splitlines())
         timing = (f", stage time {_seconds(recorded.seconds)}" if recorded.seconds
                   else " (its time is counted in the MLIR passes that produced it)")
         return _message(f"{self.title}: {lines} lines{timing}")
 
-    def draw(self, compiled: Any) -> None:
+    def draw(self, compiled: Compiled) -> None:
         recorded = stage(compiled, self.stage_name)
         if recorded is None or not recorded.text:
-            target = getattr(compiled, "target", None) or getattr(compiled, "device", "")
             self.header.value = _message(
-                f"No {self.title} was recorded for this compilation (target {target}).")
+                f"No {self.title} was recorded for this compilation (target "
+                f"{compiled.target}).")
             self.code.value = ""
             return
         self.header.value = self.header_html(compiled, recorded)
@@ -97,9 +106,9 @@ class PtxView(TextStageView):
     def __init__(self) -> None:
         super().__init__("ptx", "ptx", "PTX")
 
-    def header_html(self, compiled: Any, recorded: Any) -> str:
+    def header_html(self, compiled: Compiled, recorded: Stage) -> str:
         base = super().header_html(compiled, recorded)
-        info = getattr(compiled, "ptx_info", None)
+        info = compiled.ptx_info
         if not info or "unavailable" in info:
             why = (f" ({info['unavailable']})" if info else "")
             return base + _message(f"No ptxas report{why}: register, spill and shared-memory "
@@ -117,7 +126,7 @@ class PtxView(TextStageView):
                               f"padding:2px 8px;border-radius:10px;background:{color}'>"
                               f"{html.escape(label)}: <b>{html.escape(str(value))}</b></span>")
         kernel = info.get("kernel")
-        chip = (getattr(compiled, "options", {}) or {}).get("chip", "")
+        chip = compiled.options["chip"]
         title = f"ptxas {html.escape(str(chip))}" + (
             f", kernel <code>{html.escape(str(kernel))}</code>" if kernel else "")
         return base + f"<div>{title}: {''.join(badges)}</div>"
@@ -134,14 +143,11 @@ class RecurrenceView(View):
         self.graph = widgets.HTML()
         self.widget = widgets.VBox([self.summary, self.graph])
 
-    def draw(self, compiled: Any) -> None:
-        rec = compiled.recurrence
-        recorded = stage(compiled, "recurrence")
-        text = recorded.text if recorded is not None and recorded.text else rec.text
-        self.summary.value = plain_html(text)
-        dot = getattr(recorded, "dot", None) if recorded is not None else None
+    def draw(self, compiled: Compiled) -> None:
+        recorded = compiled.stages["recurrence"]
+        self.summary.value = plain_html(recorded.text)
         self.graph.value = ("<div style='margin-top:6px'><b>Dependence graph</b> "
-                            "(red edges read the past)</div>" + svg_or_message(dot))
+                            "(red edges read the past)</div>" + svg_or_message(recorded.dot))
 
 
 class AffineView(View):
@@ -155,12 +161,11 @@ class AffineView(View):
         self.graph = widgets.HTML()
         self.widget = widgets.VBox([self.math, self.graph])
 
-    def draw(self, compiled: Any) -> None:
+    def draw(self, compiled: Compiled) -> None:
         form = compiled.form
         pieces: dict[str, str] = form.to_latex()
-        kind = getattr(form, "kind", "")
-        lane = " per lane $n$" if getattr(form, "vector", False) else ""
-        rows = [f"<p>State of size {form.size} ({html.escape(str(kind))}){lane}: "
+        lane = " per lane $n$" if form.vector else ""
+        rows = [f"<p>State of size {form.size} ({html.escape(form.kind)}){lane}: "
                 "each step is an affine map of the previous state.</p>"]
         rows.append(_aligned([pieces[k] for k in ("state", "update", "A", "b") if k in pieces]))
         readouts = [value for key, value in pieces.items() if key.startswith("readout")]
@@ -188,73 +193,199 @@ def _aligned(equations: list[str]) -> str:
 
 
 class TreeView(View):
-    """The scan plan as a tree, stepping through its up-sweep and down-sweep levels."""
+    """The plan's block tree as the ``scan-plan`` pass wrote it, stepped through level by level.
+
+    ``compiled.scan_plan`` is the plan read back from that pass's IR, the very ops the lowering
+    reads; the picture is its :meth:`~explorer.passes.plan.Plan.picture` over the first few
+    thread aggregates of the block (the person chooses how many), and each level is shown beside
+    the ``scan.sweep`` op it comes from. Nothing here builds a plan of its own.
+    """
 
     title = "Scan tree"
-    MAX_DRAWN = 64
+    #: the most positions a picture draws (beyond that it is unreadable)
+    MAX_DRAWN = MAX_DOT_POSITIONS
+    #: a plan without a tree draws one thread's chain of steps, one level a step: fewer fit
+    MAX_CHAIN = 16
+    #: levels whose steps are listed in full; longer ones end with a count
+    MAX_LISTED = 64
 
     def __init__(self) -> None:
         super().__init__()
         self.info = widgets.HTML()
+        self.drawn = widgets.Dropdown(description="threads drawn", options=[16], value=16,
+                                      layout=widgets.Layout(width="190px"),
+                                      style={"description_width": "initial"})
+        self.drawn.add_class("sw-tree-drawn")
         self.step = widgets.IntSlider(description="level", min=0, max=0, value=0,
                                       continuous_update=True,
-                                      layout=widgets.Layout(width="420px"))
+                                      layout=widgets.Layout(width="360px"))
+        self.step.add_class("sw-tree-step")
         self.play = widgets.Play(min=0, max=0, interval=900, description="play")
         widgets.jslink((self.play, "value"), (self.step, "value"))
         self.level_label = widgets.HTML()
+        self.level_label.add_class("sw-tree-level")
+        self.steps = widgets.HTML()
         self.picture = widgets.HTML()
         self.picture.add_class("sw-tree-picture")
+        self.ops = widgets.HTML()
+        self.ops.add_class("sw-tree-ops")
         self.widget = widgets.VBox([
             self.info,
-            widgets.HBox([self.play, self.step, self.level_label]),
+            widgets.HBox([self.drawn, self.play, self.step]),
+            self.level_label,
+            self.steps,
             self.picture,
+            self.ops,
         ])
-        self._plan: Any = None
+        self._compiled: Compiled | None = None
+        self._picture: ScanPlan | None = None
+        self._sweep_ops: list[str] = []
         self._svg: dict[int, str] = {}
+        self._syncing = False
         self.step.observe(self._on_step, names="value")
+        self.drawn.observe(self._on_drawn, names="value")
 
-    def draw(self, compiled: Any) -> None:
-        plan = compiled.plan
-        recorded = stage(compiled, "plan")
-        facts = [f"strategy <b>{html.escape(str(plan.strategy))}</b>", f"n = {plan.n}",
-                 f"work = {plan.work} combines", f"depth = {plan.depth} levels"]
-        if recorded is not None:
-            facts.append(f"plan stage time {_seconds(recorded.seconds)}")
-        note = ""
-        if plan.size > self.MAX_DRAWN:
-            # Too many positions to draw legibly: draw the same strategy on a few positions.
-            from explorer.compiler import PLAN_PICTURE_N
-            from explorer.passes.plans import make_plan
+    # -- drawing -----------------------------------------------------------------------------
+    def draw(self, compiled: Compiled) -> None:
+        self._compiled = compiled
+        plan = compiled.scan_plan
+        recorded = compiled.stages["plan"]
+        lines = recorded.text.splitlines()
+        ops = [line.strip() for line in lines if line.lstrip().startswith('"scan.')]
+        about = "\n".join(line for line in lines
+                          if not line.lstrip().startswith('"scan.')).strip()
+        self._sweep_ops = [op for op in ops if op.startswith('"scan.sweep"')]
+        self.ops.value = (
+            "<div style='margin-top:8px'><b>The plan's <code>scan</code> ops</b>, as the "
+            "<code>scan-plan</code> pass wrote them (the picture above is read from these; "
+            "the <code>scan-lower</code> pass lowers the same ops to the kernel):</div>"
+            + highlight("\n".join(ops), "mlir")
+            + (f"<div style='margin-top:6px'><b>What the plan does</b></div>{plain_html(about)}"
+               if about else ""))
+        chain = plan.tree == "none"
+        top = min(plan.threads, self.MAX_CHAIN if chain else self.MAX_DRAWN)
+        choices = [1 << k for k in range(1, top.bit_length()) if 1 << k <= top]
+        current = self.drawn.value
+        wanted = current if current in choices else min(PLAN_PICTURE_N, choices[-1])
+        self._syncing = True
+        try:
+            self.drawn.description = "time steps drawn" if chain else "threads drawn"
+            self.drawn.options = choices
+            self.drawn.value = wanted
+        finally:
+            self._syncing = False
+        self._draw_picture(recorded.seconds)
 
-            plan = make_plan(plan.strategy, PLAN_PICTURE_N)
-            note = (f"<div style='color:#666'>The compiled plan has {compiled.plan.size} "
-                    f"positions, too many to draw; the picture shows the same strategy on "
-                    f"n = {plan.n} (work {plan.work}, depth {plan.depth}).</div>")
-        self._plan = plan
+    def _draw_picture(self, plan_seconds: float | None = None) -> None:
+        compiled = self._compiled
+        assert compiled is not None
+        plan = compiled.scan_plan
+        n = int(self.drawn.value)
+        self._picture = picture = plan.picture(n)
         self._svg = {}
-        levels = list(plan.levels)
-        self.info.value = "<div>Compiled plan: " + ", ".join(facts) + "</div>" + note
-        # position 0 shows the whole plan; position k highlights level k-1
-        self.step.max = len(levels)
-        self.play.max = len(levels)
-        self.step.value = 0
+        self.info.value = self._info_html(plan, picture, plan_seconds)
+        levels = len(picture.levels)
+        self._syncing = True
+        try:
+            self.step.max = levels
+            self.play.max = levels
+            self.step.value = 0
+        finally:
+            self._syncing = False
         self._render(0)
 
-    def _level_text(self, position: int) -> str:
-        levels = list(getattr(self._plan, "levels", ()))
+    @staticmethod
+    def _info_html(plan: Plan, picture: ScanPlan, plan_seconds: float | None) -> str:
+        grid = plan.grid
+        direction = (" backwards in time (scan position t is time L - 1 - t)"
+                     if grid.direction == "reverse" else "")
+        if plan.tree == "none":
+            layout = (f"strategy <b>{html.escape(plan.strategy)}</b>: no tree; each of the "
+                      f"{plan.threads} threads of a block walks its own sequence{direction}, "
+                      f"a warp staging 32 sequences x {plan.tile_steps} steps through shared "
+                      "memory")
+            drawn = (f"The picture: one thread's chain over its first {picture.n} time steps "
+                     f"(work = {picture.work} combines, depth = {picture.depth} levels)")
+        else:
+            layout = (f"strategy <b>{html.escape(plan.strategy)}</b>: a block of "
+                      f"{plan.threads} threads, {plan.elements} elements composed in each "
+                      f"thread, then the <b>{html.escape(plan.tree)}</b> tree over the "
+                      f"{plan.threads} thread aggregates in {len(plan.sweeps)} "
+                      f"<code>scan.sweep</code> levels (a barrier after each); grid "
+                      f"<code>{html.escape(grid.scheme)}</code>{direction}")
+            rest = ""
+            if picture.n < plan.threads:
+                rest = (f"; the sweeps with a stride of {picture.n} or more join them to the "
+                        f"other {plan.threads - picture.n} threads and are not drawn")
+            drawn = (f"The picture: the tree over the first {picture.n} of the {plan.threads} "
+                     f"thread aggregates (work = {picture.work} combines, depth = "
+                     f"{picture.depth} levels{rest})")
+        timing = (f"; the pass took {_seconds(plan_seconds)}" if plan_seconds else "")
+        return ("<div><b>Read from the IR of the <code>scan-plan</code> pass</b> "
+                f"(<code>compiled.scan_plan</code>){timing}: {layout}.</div>"
+                f"<div style='color:#444'>{drawn}.</div>")
+
+    # -- levels ------------------------------------------------------------------------------
+    def _sweep_index(self, level: Level) -> int | None:
+        """Which ``scan.sweep`` of the plan a level of the picture draws (None: no tree)."""
+        assert self._compiled is not None
+        plan = self._compiled.scan_plan
+        if plan.tree == "none" or not level.steps:
+            return None
+        stride = level.steps[0].right - level.steps[0].left
+        phases = {"scan": ("scan",), "up": ("up", "up_root"), "down": ("down",)}[level.phase]
+        for index, sweep in enumerate(plan.sweeps):
+            if sweep.phase in phases and sweep.stride == stride:
+                return index
+        if level.phase == "down":
+            # the root of the whole block: the up-sweep's last level sets the total aside and
+            # starts the down-sweep
+            for index, sweep in enumerate(plan.sweeps):
+                if sweep.phase == "up_root":
+                    return index
+        return None
+
+    def _level_html(self, position: int) -> tuple[str, str]:
+        """The line naming level ``position`` (0: all of them) and the list of its steps."""
+        assert self._picture is not None and self._compiled is not None
+        levels = self._picture.levels
         if position == 0 or position > len(levels):
-            return "all levels (move the slider or press play to step through them)"
+            return (f"all {len(levels)} levels (move the slider or press play to step through "
+                    "them)", "")
         level = levels[position - 1]
-        phase = {"up": "up-sweep", "down": "down-sweep"}.get(level.phase, str(level.phase))
-        steps = len(getattr(level, "steps", ()))
-        return f"level {position} of {len(levels)}: <b>{html.escape(phase)}</b>, {steps} combines"
+        phase = {"up": "up-sweep", "down": "down-sweep", "scan": "scan"}[level.phase]
+        kind = "swaps" if level.steps and level.steps[0].kind == "swap" else "combines"
+        count = len(level.steps)
+        head = (f"level {position} of {len(levels)}: <b>{phase}</b>, {count} "
+                f"{kind if count != 1 else kind[:-1]} in the picture")
+        index = self._sweep_index(level)
+        if index is not None:
+            sweep = self._compiled.scan_plan.sweeps[index]
+            op = self._sweep_ops[index] if index < len(self._sweep_ops) else ""
+            head += (f"; in the block, {sweep.active} threads work at stride {sweep.stride}: "
+                     f"sweep {index + 1} of {len(self._compiled.scan_plan.sweeps)}, "
+                     f"<code>{html.escape(op)}</code>")
+        shown = level.steps[:self.MAX_LISTED]
+        arrow = "⇄" if kind == "swaps" else "→"
+        pairs = " ".join(f"{s.left}{arrow}{s.right}" for s in shown)
+        more = (f" … and {len(level.steps) - len(shown)} more"
+                if len(level.steps) > len(shown) else "")
+        meaning = ("x[l], x[r] = x[r], x[l] ∘ x[r]" if kind == "swaps"
+                   else "x[r] = x[r] ∘ x[l]")
+        steps = (f"<div style='font-family:var(--jp-code-font-family,monospace);font-size:12px;"
+                 f"color:#333'>{kind} l{arrow}r ({html.escape(meaning)}): "
+                 f"{html.escape(pairs)}{html.escape(more)}</div>")
+        return head, steps
 
     def _render(self, position: int) -> None:
-        self.level_label.value = self._level_text(position)
+        assert self._picture is not None
+        head, steps = self._level_html(position)
+        self.level_label.value = f"<div>{head}</div>"
+        self.steps.value = steps
         if position not in self._svg:
             highlight_level = None if position == 0 else position - 1
             try:
-                dot = self._plan.to_dot(highlight_level=highlight_level)
+                dot = self._picture.to_dot(highlight_level=highlight_level)
             except ValueError as err:
                 self._svg[position] = _message(str(err))
             else:
@@ -262,8 +393,12 @@ class TreeView(View):
         self.picture.value = self._svg[position]
 
     def _on_step(self, change: dict[str, Any]) -> None:
-        if self._plan is not None:
+        if self._picture is not None and not self._syncing:
             self._render(int(change["new"]))
+
+    def _on_drawn(self, change: dict[str, Any]) -> None:
+        if self._compiled is not None and not self._syncing:
+            self._draw_picture(self._compiled.stages["plan"].seconds)
 
 
 class MlirView(View):
@@ -294,8 +429,8 @@ class MlirView(View):
             self.info,
             self.code,
         ])
-        self._compiled: Any = None
-        self._passes: list[Any] = []
+        self._compiled: Compiled | None = None
+        self._passes: list[PassRecord] = []
         self._visible: list[int] = []
         self._cache: dict[tuple[int, str], str] = {}
         self._syncing = False
@@ -306,9 +441,9 @@ class MlirView(View):
         self.hide_unchanged.observe(lambda _change: self._refilter(), names="value")
 
     # -- drawing -----------------------------------------------------------------------------
-    def draw(self, compiled: Any) -> None:
+    def draw(self, compiled: Compiled) -> None:
         self._compiled = compiled
-        self._passes = list(getattr(compiled, "passes", ()) or ())
+        self._passes = list(compiled.passes)
         self._cache = {}
         self._refilter(select_last=True)
 
@@ -375,8 +510,8 @@ class MlirView(View):
         if index > 0:
             previous = self._passes[index - 1]
             return previous.ir, f"after {previous.name}"
-        recorded = stage(self._compiled, "mlir")
-        return (recorded.text if recorded is not None else ""), "generated MLIR"
+        assert self._compiled is not None
+        return self._compiled.stages["mlir"].text, "generated MLIR"
 
     def rendered(self, index: int, mode: str) -> str:
         """HTML for pass ``index`` in ``mode`` ("ir" or "diff"), rendered once then cached."""
@@ -416,22 +551,20 @@ class PassTimesView:
     def __init__(self) -> None:
         self.widget = widgets.HTML()
 
-    def show(self, compiled: Any) -> None:
-        stages = getattr(compiled, "stages", {}) or {}
-        passes = list(getattr(compiled, "passes", ()) or ())
+    def show(self, compiled: Compiled) -> None:
+        passes = compiled.passes
         pass_stages = {p.name for p in passes}
         cells: list[tuple[str, float]] = []
-        for name, recorded in stages.items():
-            # the compiler keeps one stage per pass after "mlir": summed below, not listed
-            if name != "mlir" and (getattr(recorded, "kind", "") == "mlir"
-                                   or name.split(" #")[0] in pass_stages):
+        for name, recorded in compiled.stages.items():
+            # a stage per pass (a view of its record, named as the pass): summed below
+            if name in pass_stages:
                 continue
-            cells.append((str(name), recorded.seconds))
+            cells.append((name, recorded.seconds))
             if name == "mlir" and passes:
                 cells.append((f"{len(passes)} passes", sum(p.seconds for p in passes)))
         spans = "".join(f"<span style='margin-right:12px'>{html.escape(name)} "
                         f"<span style='color:#888'>{_seconds(seconds)}</span></span>"
                         for name, seconds in cells)
-        cached = " (from the compile cache)" if getattr(compiled, "from_cache", False) else ""
+        cached = " (from the compile cache)" if compiled.from_cache else ""
         self.widget.value = (f"<div style='font-size:12px;color:#444'>stage times{cached}: "
                              f"{spans}</div>")

@@ -62,6 +62,128 @@ def test_stepping_the_scan_tree_highlights_each_level(widget: Explorer) -> None:
     assert any("up-sweep" in p for p in phases) and any("down-sweep" in p for p in phases)
 
 
+def _tree_svg(compiled: ex.Compiled, n: int, level: int | None = None) -> str:
+    from explorer.widget.graphs import svg_or_message
+
+    return svg_or_message(compiled.scan_plan.picture(n).to_dot(highlight_level=level))
+
+
+def test_the_scan_tree_is_the_plan_read_from_the_ir(monkeypatch) -> None:
+    import explorer.passes.plans as plans
+
+    def no_plan(*args, **kwargs):
+        raise AssertionError("the widget built a plan of its own")
+
+    monkeypatch.setattr(plans, "make_plan", no_plan)
+    monkeypatch.setattr(ex, "make_plan", no_plan)
+    widget = Explorer(AFFINE, target="cpu")
+    view = widget.tree_view
+    pictures = {}
+    for strategy in ("blelloch", "kogge_stone", "sequential"):
+        widget.strategy.value = strategy
+        assert widget.error is None, widget.error_box.value
+        widget.show_tab("Scan tree")
+        c = widget.compiled
+        assert c.scan_plan.strategy == strategy
+        info = _visible_text(view.info.value)
+        assert "scan-plan" in info and "compiled.scan_plan" in info
+        assert view.picture.value == _tree_svg(c, view.drawn.value)
+        # the ops shown are the plan stage's, one scan.sweep a level of the block's tree
+        ops = html.unescape(_visible_text(view.ops.value))
+        assert ops.count('"scan.sweep"') == len(c.scan_plan.sweeps)
+        assert '"scan.block"' in ops and '"scan.grid"' in ops
+        for line in c.stages["plan"].text.splitlines():
+            if line.startswith('"scan.'):
+                assert line in ops
+        pictures[strategy] = view.picture.value
+    assert len(set(pictures.values())) == 3
+
+
+def test_the_person_chooses_how_many_threads_to_draw() -> None:
+    widget = Explorer(AFFINE, target="cpu", strategy="kogge_stone", block_size=128)
+    widget.show_tab("Scan tree")
+    view = widget.tree_view
+    c = widget.compiled
+    assert c.scan_plan.threads == 128
+    assert list(view.drawn.options) == [2, 4, 8, 16, 32, 64]
+    view.drawn.value = 64
+    picture = c.scan_plan.picture(64)
+    assert view.step.max == len(picture.levels) == 6
+    assert view.picture.value == _tree_svg(c, 64)
+    assert "first 64 of the 128" in _visible_text(view.info.value)
+    for k, level in enumerate(picture.levels, start=1):
+        view.step.value = k
+        assert view.picture.value == _tree_svg(c, 64, k - 1)
+        label = html.unescape(_visible_text(view.level_label.value))
+        sweep = c.scan_plan.sweeps[k - 1]   # Kogge-Stone: level k is sweep k
+        assert f"stride {sweep.stride}" in label and f"{sweep.active} threads" in label
+        assert f"stride = {sweep.stride} : i64" in label
+        steps = _visible_text(view.steps.value)
+        assert f"{len(level.steps)} combines" in label
+        assert all(f"{s.left}→{s.right}" in steps for s in level.steps)
+    view.drawn.value = 8
+    assert view.step.value == 0 and view.step.max == 3
+    assert view.picture.value == _tree_svg(c, 8)
+    # the choice is kept when the strategy changes
+    widget.strategy.value = "blelloch"
+    assert view.drawn.value == 8
+    assert view.picture.value == _tree_svg(widget.compiled, 8)
+
+
+def test_a_blelloch_tree_over_the_whole_block_shows_its_root() -> None:
+    widget = Explorer(AFFINE, target="cpu", strategy="blelloch", block_size=32)
+    widget.show_tab("Scan tree")
+    view = widget.tree_view
+    plan = widget.compiled.scan_plan
+    assert view.drawn.options[-1] == 32
+    view.drawn.value = 32
+    labels = []
+    for k in range(1, view.step.max + 1):
+        view.step.value = k
+        labels.append(html.unescape(_visible_text(view.level_label.value)))
+    assert len(labels) == 2 * 5
+    root = next(i for i, sw in enumerate(plan.sweeps) if sw.phase == "up_root")
+    # the up-sweep's last level and the root's swap are one scan.sweep of the IR
+    assert 'phase = "up_root"' in labels[4] and 'phase = "up_root"' in labels[5]
+    assert f"sweep {root + 1} of {len(plan.sweeps)}" in labels[5]
+    assert "down-sweep" in labels[5] and "1 swap " in labels[5]
+    assert all('phase = "down"' in label for label in labels[6:])
+
+
+def test_the_reverse_box_compiles_a_reversed_scan() -> None:
+    widget = Explorer(AFFINE, target="cpu")
+    assert widget.options()["reverse"] is False
+    widget.reverse.value = True
+    assert widget.error is None, widget.error_box.value
+    c = widget.compiled
+    assert c.options["reverse"] is True and c.scan_plan.grid.direction == "reverse"
+    widget.show_tab("Scan tree")
+    assert "backwards in time" in _visible_text(widget.tree_view.info.value)
+    assert 'direction = "reverse"' in html.unescape(_visible_text(widget.tree_view.ops.value))
+    # the run panel checks it against the reference of the sequence flipped in time
+    widget.run.length.value = 300
+    widget.run.channels.value = 3
+    rows = widget.run.run_and_check()
+    assert rows and widget.run.passed(rows), widget.run.check.value
+    widget.reverse.value = False
+    assert widget.compiled.scan_plan.grid.direction == "forward"
+
+
+def test_kogge_stone_is_offered_and_compiles() -> None:
+    widget = Explorer(AFFINE, target="cpu")
+    assert "kogge_stone" in [value for _, value in widget.strategy.options]
+    widget.strategy.value = "kogge_stone"
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled.scan_plan.tree == "kogge_stone"
+
+
+def test_stage_times_list_no_pass_twice(widget: Explorer) -> None:
+    shown = _visible_text(widget.times.widget.value)
+    for record in widget.compiled.passes:
+        assert f" {record.name} " not in f" {shown} "
+    assert f"{len(widget.compiled.passes)} passes" in shown
+
+
 def test_switching_passes_changes_the_ir(widget: Explorer) -> None:
     widget.show_tab("MLIR")
     view = widget.mlir
@@ -221,6 +343,11 @@ def test_a_compiled_result_is_shown_as_it_is(tmp_path, monkeypatch) -> None:
     widget.show_tab("PTX")
     assert "entry" in widget.ptx_view.code.value and "scanweaver_sequential" in \
         widget.ptx_view.code.value
+    # the scan tree of a record is the record's plan, as it was read from the IR
+    widget.show_tab("Scan tree")
+    assert loaded.scan_plan == compiled.scan_plan
+    assert widget.tree_view.picture.value == _tree_svg(loaded, widget.tree_view.drawn.value)
+    assert "shown as recorded" in widget.status.value
 
 
 @pytest.mark.parametrize("options, match", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from pygments.token import Error, Keyword, Name
+from pygments.token import Error, Keyword, Name, String
 
 from explorer.widget.graphs import dependence_dot, dot_to_svg
 from explorer.widget.highlight import MlirLexer, highlight, plain_html, unified_diff
@@ -53,6 +53,17 @@ def test_mlir_lexer_classifies_the_pieces_of_mlir() -> None:
     assert kinds["arith.constant"] is Name.Builtin and kinds["gpu.return"] is Name.Builtin
     # the text round-trips exactly
     assert "".join(v for _, v in MlirLexer(stripnl=False).get_tokens(MLIR)) == MLIR
+
+
+def test_generic_form_operation_names_are_names_not_strings() -> None:
+    op = '"scan.sweep"() {active = 64 : i64, phase = "up", stride = 1 : i64} : () -> ()'
+    tokens = [(kind, value) for kind, value in MlirLexer().get_tokens(op) if value.strip()]
+    kinds = {value: kind for kind, value in tokens}
+    assert kinds['"scan.sweep"'] is Name.Builtin
+    assert kinds['"up"'] in String  # an attribute's text stays a string
+    # a quoted string that is not followed by operands is not an operation
+    text = 'text = "h.x"'
+    assert dict((v, k) for k, v in MlirLexer().get_tokens(text))['"h.x"'] in String
 
 
 def test_highlight_keeps_every_line() -> None:
