@@ -130,3 +130,26 @@ def test_the_shown_ir_is_the_module_without_its_locations() -> None:
         plain, terms = split_locations(module.operation.get_asm(enable_debug_info=True))
         assert plain == str(module)
         assert {"1:1", "1:8", "1:24"} <= set(terms)
+
+
+def test_a_failing_pass_of_ours_has_a_reproducer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CompileError in one of our passes carries the IR before it and a command that replays
+    the pass on it (here the failure is injected; the replay, in a fresh process, succeeds)."""
+    import explorer as ex
+    from explorer.errors import CompileError
+    from explorer.passes import plan
+
+    def broken(form: object, options: object) -> object:
+        raise RuntimeError("injected")
+    monkeypatch.setattr(plan, "choose_plan", broken)
+    with pytest.raises(CompileError) as info:
+        ex.compile("h[t] = a[t] * h[t-1] + b[t]", target="cpu", cache=False)
+    err = info.value
+    assert err.pass_name == "scan-plan" and "injected" in str(err)
+    assert err.reproducer is not None and "python -m explorer.passes" in err.reproducer.command
+    assert '"scan.affine"' in Path(err.reproducer.ir_path).read_text()
+    argv = shlex.split(err.reproducer.command)
+    run = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr
+    assert '"scan.sweep"' in run.stdout and '"scan.grid"' in run.stdout
