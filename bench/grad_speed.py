@@ -1,0 +1,349 @@
+"""Speed of the derived backward: the adjoint scan plus its elementwise gradients, on the GPU.
+
+    python bench/grad_speed.py                      # GPU machine (CuPy, torch, MLIR to compile)
+    python bench/grad_speed.py --dry-run            # anywhere: small sizes on the CPU, checks only
+    python bench/grad_speed.py --affine 4096x1024 --selective 8x1536x16x2048 --json out.json
+
+For the affine scan ``h[t] = a[t] * h[t-1] + b[t]`` and the Mamba selective scan (preset), the
+backward of ``compile(text).torch()`` is compared with torch autograd through torch's
+``associative_scan`` (``combine_mode="pointwise"`` under ``torch.compile``, as the forward
+baseline of ``scanweaver bench``).  Methods:
+
+- ``ours``: the op in eager mode: the adjoint scan (our kernel, ``reverse=True``) and the
+  gradients as torch elementwise operations;
+- ``ours+compile``: the same op inside ``torch.compile`` (inductor fuses the elementwise part of
+  the backward around the two custom ops);
+- ``torch-assoc``: autograd through ``associative_scan`` under ``torch.compile``.
+
+Only the backward is timed: the forward runs once, then ``torch.autograd.grad(..., retain_graph=
+True)`` is timed with CUDA events (warm-up, L2 flushed before each repetition, median), as
+:mod:`explorer.bench.timing` does for the forward.  Gradients are checked against the baseline's
+before anything is timed.  Ratios are of one run on one GPU: ``baseline / ours`` (> 1: ours is
+faster) and ``copy / ours``, a device-to-device copy of the bytes a backward must move at least:
+the affine scan reads ``a``, the saved ``h`` and ``dL/dh`` and writes ``dL/da``, ``dL/db``
+(20 bytes an element); the selective scan reads ``dt``, ``x``, ``B``, ``C``, ``dL/dy`` and writes
+their gradients (``A`` and ``D`` are small), with ``B`` and ``C`` shared by the channels as in
+Mamba's layout.
+
+``--dry-run`` needs no GPU: small sizes on the CPU (``target="cpu"``, ``associative_scan`` in
+its generic eager mode), the same correctness checks, ``torch.compile`` with the ``aot_eager``
+backend, and no timing; whatever is missing (torch, MLIR) is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
+#: the performance issue's shapes (channels x L) and the Mamba issue's (batch x D x N x L)
+AFFINE_SIZES = ["4096x1024", "131072x2048", "16x1048576"]
+SELECTIVE_SIZES = ["8x1536x16x2048"]
+DRY_AFFINE, DRY_SELECTIVE = ["8x300"], ["2x4x4x96"]
+#: max |g - g_baseline| / max |g_baseline| accepted before timing (float32 both ways)
+CHECK_TOL = 1e-3
+
+
+def _combine(x: Any, y: Any) -> Any:
+    """The affine combine, x earlier than y: (a_x a_y, a_y b_x + b_y)."""
+    return (x[0] * y[0], y[0] * x[1] + y[1])
+
+
+class Skip(Exception):
+    """A method that cannot run here, and why."""
+
+
+def _assoc(device: str) -> Callable[[Any, Any], Any]:
+    """h of the affine scan over the last axis through torch's associative_scan."""
+    import torch
+
+    try:
+        from torch._higher_order_ops.associative_scan import associative_scan
+    except ImportError as err:
+        raise Skip(f"torch associative_scan not importable ({err})") from None
+    if device == "cuda":
+        def scan(a: Any, b: Any) -> Any:
+            return associative_scan(_combine, (a, b), dim=-1, combine_mode="pointwise")[1]
+
+        return torch.compile(scan, dynamic=False, fullgraph=True)
+
+    def generic(a: Any, b: Any) -> Any:   # pointwise mode needs CUDA; eager on the CPU
+        return associative_scan(_combine, (a, b), dim=-1, combine_mode="generic")[1]
+
+    return generic
+
+
+# -- the problems -------------------------------------------------------------------------------
+class Problem:
+    """Inputs, the loss's cotangent and the three backward methods of one recurrence and size."""
+
+    name: str
+    text: str
+    bytes_moved: int
+
+    def __init__(self, device: str, target: str, compile_backend: str | None) -> None:
+        self.device, self.target, self.compile_backend = device, target, compile_backend
+
+    def inputs(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def ours_forward(self, op: Any, xs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def baseline_forward(self, xs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def methods(self) -> dict[str, Callable[[], tuple[Any, Callable[[], Any]]]]:
+        """name -> setup() giving (gradients once, a closure that reruns the backward)."""
+        import explorer as ex
+
+        def backward_of(forward: Callable[[dict[str, Any]], Any]) -> tuple[Any, Any]:
+            import torch
+
+            xs = {k: v.detach().clone().requires_grad_() for k, v in self.inputs().items()}
+            out = forward(xs)
+            g = self.cotangent(out)
+            leaves = list(xs.values())
+
+            def run() -> Any:
+                return torch.autograd.grad(out, leaves, g, retain_graph=True)
+
+            return dict(zip(xs, run())), run
+
+        def ours() -> tuple[Any, Any]:
+            op = ex.compile(self.text, target=self.target, strategy="blelloch").torch()
+            return backward_of(lambda xs: self.ours_forward(op, xs))
+
+        def ours_compiled() -> tuple[Any, Any]:
+            import torch
+
+            if self.compile_backend is None:
+                raise Skip("torch.compile not asked for")
+            op = ex.compile(self.text, target=self.target, strategy="blelloch").torch()
+            fn = torch.compile(lambda *v: self.ours_forward(op, dict(zip(names, v))),
+                               backend=self.compile_backend, fullgraph=True, dynamic=False)
+            names = list(self.inputs())
+            return backward_of(lambda xs: fn(*xs.values()))
+
+        def baseline() -> tuple[Any, Any]:
+            return backward_of(self.baseline_forward)
+
+        return {"ours": ours, "ours+compile": ours_compiled, "torch-assoc": baseline}
+
+    def cotangent(self, out: Any) -> Any:
+        import torch
+
+        gen = torch.Generator(device=out.device).manual_seed(1)
+        return torch.randn(out.shape, device=out.device, dtype=out.dtype, generator=gen)
+
+
+class AffineProblem(Problem):
+    def __init__(self, size: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.C, self.L = (int(v) for v in size.lower().split("x"))
+        self.name, self.text = f"affine {self.C}x{self.L}", AFFINE
+        self.bytes_moved = 20 * self.C * self.L
+        self._assoc = _assoc(self.device)
+
+    def inputs(self) -> dict[str, Any]:
+        import torch
+
+        gen = torch.Generator(device=self.device).manual_seed(0)
+        shape = (self.C, self.L)
+        a = 0.9 + 0.099 * torch.rand(shape, device=self.device, generator=gen)
+        b = torch.randn(shape, device=self.device, generator=gen)
+        return {"a": a, "b": b}
+
+    def ours_forward(self, op: Any, xs: dict[str, Any]) -> Any:
+        return op(**xs)
+
+    def baseline_forward(self, xs: dict[str, Any]) -> Any:
+        return self._assoc(xs["a"], xs["b"])
+
+
+class SelectiveProblem(Problem):
+    def __init__(self, size: str, **kw: Any) -> None:
+        import explorer as ex
+
+        super().__init__(**kw)
+        self.b, self.d, self.n, self.L = (int(v) for v in size.lower().split("x"))
+        self.name, self.text = f"selective {size}", ex.PRESETS["selective scan"]
+        self.bytes_moved = 4 * (5 * self.b * self.d * self.L + 4 * self.b * self.n * self.L)
+        self._assoc = _assoc(self.device)
+
+    def inputs(self) -> dict[str, Any]:
+        import torch
+
+        gen = torch.Generator(device=self.device).manual_seed(0)
+        dev = self.device
+        b, d, n, L = self.b, self.d, self.n, self.L
+        return {
+            "dt": 0.01 + 0.09 * torch.rand(b, d, L, device=dev, generator=gen),
+            "A": -(0.5 + 1.5 * torch.rand(d, n, device=dev, generator=gen)),
+            "B": torch.randn(b, 1, n, L, device=dev, generator=gen),
+            "x": torch.randn(b, d, L, device=dev, generator=gen),
+            "C": torch.randn(b, 1, n, L, device=dev, generator=gen),
+            "D": torch.randn(d, device=dev, generator=gen),
+        }
+
+    def ours_forward(self, op: Any, xs: dict[str, Any]) -> Any:
+        return op(**xs)["y"]
+
+    def baseline_forward(self, xs: dict[str, Any]) -> Any:
+        import torch
+
+        dt, x = xs["dt"][:, :, None, :], xs["x"][:, :, None, :]
+        decay = torch.exp(dt * xs["A"][None, :, :, None])            # (b, d, n, L)
+        h = self._assoc(decay, dt * xs["B"] * x)
+        return (xs["C"] * h).sum(-2) + xs["D"][:, None] * xs["x"]
+
+
+# -- running ------------------------------------------------------------------------------------
+def _rel(g: Any, ref: Any) -> float:
+    return float((g - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def _copy_ms(nbytes: int, device: str) -> float | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    from explorer.bench.timing import Flusher, time_cuda
+
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return time_cuda(lambda: dst.copy_(src), flush=Flusher()).median_ms
+
+
+def run_problem(p: Problem, reps_budget_ms: float) -> dict[str, Any]:
+    record: dict[str, Any] = {"problem": p.name, "bytes": p.bytes_moved, "methods": {}}
+    grads: dict[str, Any] = {}
+    runs: dict[str, Any] = {}
+    for name, setup in p.methods().items():
+        t0 = time.perf_counter()
+        try:
+            grads[name], runs[name] = setup()
+            record["methods"][name] = {"setup_s": round(time.perf_counter() - t0, 2)}
+        except Skip as why:
+            record["methods"][name] = {"skipped": str(why)}
+        except Exception as err:  # noqa: BLE001 - a failing method is reported, not fatal
+            record["methods"][name] = {"skipped": f"{type(err).__name__}: {err}"[:300]}
+    ref = grads.get("torch-assoc")
+    for name, g in grads.items():
+        if ref is None or name == "torch-assoc":
+            continue
+        err = max(_rel(g[k], ref[k]) for k in ref)
+        record["methods"][name]["max_rel_error"] = err
+        if err > CHECK_TOL:
+            record["methods"][name]["failed"] = f"gradients differ from torch's by {err:.2e}"
+            runs.pop(name)
+    if p.device == "cuda":
+        from explorer.bench.timing import Flusher, time_cuda
+
+        flush = Flusher()
+        for name, run in runs.items():
+            t = time_cuda(run, flush=flush, budget_ms=reps_budget_ms)
+            record["methods"][name]["ms"] = t.median_ms
+        copy = _copy_ms(p.bytes_moved, p.device)
+        record["copy_ms"] = copy
+        ours = record["methods"].get("ours", {}).get("ms")
+        base = record["methods"].get("torch-assoc", {}).get("ms")
+        for name, m in record["methods"].items():
+            if "ms" in m and copy:
+                m["share_of_copy"] = copy / m["ms"]
+            if "ms" in m and base and name != "torch-assoc":
+                m["speedup_vs_torch_assoc"] = base / m["ms"]
+        record["ours_vs_torch_assoc"] = (base / ours) if base and ours else None
+    return record
+
+
+def _print(record: dict[str, Any], device: str) -> None:
+    print(f"\n{record['problem']}  ({record['bytes'] / 1e6:.1f} MB moved at least"
+          + (f", copy {record['copy_ms']:.4f} ms)" if record.get("copy_ms") else ")"))
+    for name, m in record["methods"].items():
+        if "skipped" in m:
+            print(f"  {name:<14} skipped: {m['skipped']}")
+            continue
+        parts = [f"setup {m['setup_s']:.1f} s"]
+        if "max_rel_error" in m:
+            parts.append(f"grad error vs torch {m['max_rel_error']:.1e}")
+        if "failed" in m:
+            parts.append("FAILED: " + m["failed"])
+        if "ms" in m:
+            parts.append(f"{m['ms']:.4f} ms")
+            if "speedup_vs_torch_assoc" in m:
+                parts.append(f"{m['speedup_vs_torch_assoc']:.2f}x torch-assoc")
+            if "share_of_copy" in m:
+                parts.append(f"{m['share_of_copy']:.2f} of copy")
+        elif device != "cuda":
+            parts.append("not timed (no GPU)")
+        print(f"  {name:<14} " + ", ".join(parts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true",
+                    help="small sizes on the CPU: correctness checks only, no timing")
+    ap.add_argument("--affine", nargs="*", default=None, help="CxL sizes of the affine scan")
+    ap.add_argument("--selective", nargs="*", default=None,
+                    help="BxDxNxL sizes of the selective scan")
+    ap.add_argument("--budget-ms", type=float, default=300.0, help="timing budget per method")
+    ap.add_argument("--json", type=Path, help="write the records here")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("skipped: torch is not installed")
+        return 0
+    try:
+        import mlir.ir  # noqa: F401
+    except ImportError:
+        print("skipped: MLIR's Python bindings are not installed (the ops are compiled here)")
+        return 0
+    cuda = False
+    if not args.dry_run:
+        from explorer.runtime.cuda import gpu_unavailable_reason
+
+        why = gpu_unavailable_reason() or (None if torch.cuda.is_available()
+                                           else "torch sees no CUDA device")
+        if why:
+            print(f"no GPU ({why}): running the dry run instead")
+        cuda = why is None
+    device = "cuda" if cuda else "cpu"
+    kw = {"device": device, "target": "cuda" if cuda else "cpu",
+          "compile_backend": "inductor" if cuda else "aot_eager"}
+    affine = args.affine if args.affine is not None else (AFFINE_SIZES if cuda else DRY_AFFINE)
+    selective = args.selective if args.selective is not None else (
+        SELECTIVE_SIZES if cuda else DRY_SELECTIVE)
+    if cuda:
+        print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    records, failed = [], False
+    problems: list[Callable[[], Problem]] = [
+        *(lambda s=s: AffineProblem(s, **kw) for s in affine),
+        *(lambda s=s: SelectiveProblem(s, **kw) for s in selective)]
+    for make in problems:
+        try:
+            problem = make()
+        except Skip as why:
+            print(f"skipped: {why}")
+            continue
+        record = run_problem(problem, args.budget_ms)
+        _print(record, device)
+        failed |= any("failed" in m for m in record["methods"].values())
+        records.append(record)
+        if cuda:
+            torch.cuda.empty_cache()
+    if args.json:
+        args.json.write_text(json.dumps({"device": device, "records": records}, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
