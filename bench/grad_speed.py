@@ -4,6 +4,11 @@
     python bench/grad_speed.py --dry-run            # anywhere: small sizes on the CPU, checks only
     python bench/grad_speed.py --affine 4096x1024 --selective 8x1536x16x2048 --json out.json
 
+Where the GPU machine has no MLIR, compile here and run there (compiles do not depend on sizes):
+
+    python bench/grad_speed.py --build .artifacts/grad        # here: forward + adjoint records
+    python bench/grad_speed.py --records .artifacts/grad      # GPU: numpy, sympy, cupy, torch
+
 For the affine scan ``h[t] = a[t] * h[t-1] + b[t]`` and the Mamba selective scan (preset), the
 backward of ``compile(text).torch()`` is compared with torch autograd through torch's
 ``associative_scan`` (``combine_mode="pointwise"`` under ``torch.compile``, as the forward
@@ -88,8 +93,23 @@ class Problem:
     text: str
     bytes_moved: int
 
-    def __init__(self, device: str, target: str, compile_backend: str | None) -> None:
+    def __init__(self, device: str, target: str, compile_backend: str | None,
+                 records: Path | None = None) -> None:
         self.device, self.target, self.compile_backend = device, target, compile_backend
+        self.records = records
+
+    def op(self) -> Any:
+        """The torch op: compiled here, or read from the records of ``--build``."""
+        import explorer as ex
+
+        if self.records is None:
+            return ex.compile(self.text, target=self.target, strategy="blelloch").torch()
+        from explorer.compiler import load_compiled
+        from explorer.torch_op import torch_op
+
+        fwd, adj = json.loads((self.records / "index.json").read_text())[self.text]
+        return torch_op(load_compiled(self.records / fwd),
+                        adjoint=load_compiled(self.records / adj))
 
     def inputs(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -102,7 +122,6 @@ class Problem:
 
     def methods(self) -> dict[str, Callable[[], tuple[Any, Callable[[], Any]]]]:
         """name -> setup() giving (gradients once, a closure that reruns the backward)."""
-        import explorer as ex
 
         def backward_of(forward: Callable[[dict[str, Any]], Any]) -> tuple[Any, Any]:
             import torch
@@ -118,7 +137,7 @@ class Problem:
             return dict(zip(xs, run())), run
 
         def ours() -> tuple[Any, Any]:
-            op = ex.compile(self.text, target=self.target, strategy="blelloch").torch()
+            op = self.op()
             return backward_of(lambda xs: self.ours_forward(op, xs))
 
         def ours_compiled() -> tuple[Any, Any]:
@@ -126,7 +145,7 @@ class Problem:
 
             if self.compile_backend is None:
                 raise Skip("torch.compile not asked for")
-            op = ex.compile(self.text, target=self.target, strategy="blelloch").torch()
+            op = self.op()
             fn = torch.compile(lambda *v: self.ours_forward(op, dict(zip(names, v))),
                                backend=self.compile_backend, fullgraph=True, dynamic=False)
             names = list(self.inputs())
@@ -287,6 +306,21 @@ def _print(record: dict[str, Any], device: str) -> None:
         print(f"  {name:<14} " + ", ".join(parts))
 
 
+def build(folder: Path) -> None:
+    """Compile the forward and the adjoint of both recurrences for CUDA; write the records."""
+    import explorer as ex
+
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {}
+    for i, text in enumerate([AFFINE, ex.PRESETS["selective scan"]]):
+        ex.compile(text, target="cuda", strategy="blelloch").dump(folder / f"{i}-fwd.json.gz")
+        ex.grad(text).compile(target="cuda", strategy="blelloch").dump(
+            folder / f"{i}-adj.json.gz")
+        index[text] = [f"{i}-fwd.json.gz", f"{i}-adj.json.gz"]
+    (folder / "index.json").write_text(json.dumps(index, indent=1))
+    print(f"wrote {len(index)} forward and adjoint records to {folder}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true",
@@ -295,18 +329,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--selective", nargs="*", default=None,
                     help="BxDxNxL sizes of the selective scan")
     ap.add_argument("--budget-ms", type=float, default=300.0, help="timing budget per method")
-    ap.add_argument("--json", type=Path, help="write the records here")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--build", type=Path, help="compile the ops (needs MLIR) into this folder")
+    ap.add_argument("--records", type=Path, help="run the ops compiled by --build")
     args = ap.parse_args(argv)
+    if args.build:
+        build(args.build)
+        return 0
     try:
         import torch
     except ImportError:
         print("skipped: torch is not installed")
         return 0
-    try:
-        import mlir.ir  # noqa: F401
-    except ImportError:
-        print("skipped: MLIR's Python bindings are not installed (the ops are compiled here)")
-        return 0
+    if args.records is None:
+        try:
+            import mlir.ir  # noqa: F401
+        except ImportError:
+            print("skipped: MLIR's Python bindings are not installed (compile the ops where "
+                  "they are with --build, then run with --records)")
+            return 0
     cuda = False
     if not args.dry_run:
         from explorer.runtime.cuda import gpu_unavailable_reason
@@ -318,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         cuda = why is None
     device = "cuda" if cuda else "cpu"
     kw = {"device": device, "target": "cuda" if cuda else "cpu",
-          "compile_backend": "inductor" if cuda else "aot_eager"}
+          "compile_backend": "inductor" if cuda else "aot_eager", "records": args.records}
     affine = args.affine if args.affine is not None else (AFFINE_SIZES if cuda else DRY_AFFINE)
     selective = args.selective if args.selective is not None else (
         SELECTIVE_SIZES if cuda else DRY_SELECTIVE)

@@ -53,14 +53,25 @@ _OPS: dict[str, RecurrenceOp] = {}
 _LOCK = threading.Lock()
 
 
-def torch_op(compiled: Compiled) -> RecurrenceOp:
-    """The differentiable torch operator of a compile (one per compile key, made once)."""
+def torch_op(compiled: Compiled, adjoint: Compiled | None = None) -> RecurrenceOp:
+    """The differentiable torch operator of a compile (one per compile key, made once).
+
+    ``adjoint``: the compile of the adjoint recurrence to use (by default it is compiled on
+    first use); a record read with :func:`explorer.compiler.load_compiled` lets a machine
+    without MLIR run the backward on the GPU, as it runs the forward.
+    """
     with _LOCK:
         op = _OPS.get(compiled.key)
         if op is None:
             op = RecurrenceOp(compiled)
             _OPS[compiled.key] = op
-        return op
+    if adjoint is not None:
+        if adjoint.recurrence.text != op.backward.text or not adjoint.options.get("reverse"):
+            raise ValueError("adjoint= is not the reverse compile of this recurrence's adjoint "
+                             f"({op.backward.text!r})")
+        with op._compile_lock:
+            op._compiles[("adjoint", adjoint.target)] = adjoint
+    return op
 
 
 class TorchOps(Ops):

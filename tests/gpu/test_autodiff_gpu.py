@@ -1,0 +1,229 @@
+"""GPU tests of the derived backward (``Compiled.torch()``) on CUDA tensors.
+
+Needs CuPy, a CUDA device and torch with CUDA (the module is skipped otherwise).  The ops are
+compiled here where MLIR is installed; elsewhere (the GPU machine may have only numpy, sympy,
+cupy and torch) they are read from the compiled records that
+
+    python tests/gpu/test_autodiff_gpu.py --build tests/gpu/artifacts/autodiff
+
+wrote where MLIR is (forward and adjoint of every recurrence below, ``target="cuda"``), and the
+module is skipped when neither is there.
+
+The reference is the one of ``tests/unit/test_autodiff.py``: torch autograd through a float64
+torch loop of the recurrence, on the CPU.  Tolerances, on ``max|g - g_ref| / max|g_ref|`` per
+gradient: ``1e-4`` at L = 37 (as on the CPU), ``2e-4`` for the long sequences (L = 20000, the
+chunked scan with its carries; decays in (0.9, 1) keep the float32 error near the last few
+thousand steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+RECORDS = Path(os.environ.get("SCANWEAVER_AUTODIFF_RECORDS", HERE / "artifacts" / "autodiff"))
+HAS_MLIR = importlib.util.find_spec("mlir") is not None
+
+#: (name, recurrence, compile options) run on the GPU; the records are built for these
+BLELLOCH = {"strategy": "blelloch", "block_size": 32, "elements_per_thread": 1, "chunk_tiles": 1}
+DEFAULT = {"strategy": "blelloch"}
+SEQUENTIAL = {"strategy": "sequential"}
+
+
+def _cases() -> list[tuple[str, str, dict[str, Any]]]:
+    import explorer as ex
+
+    out = [(f"preset:{name}", text, BLELLOCH) for name, text in ex.PRESETS.items()]
+    out += [
+        ("abs-max-readout", "h[t] = a[t] * h[t-1] + b[t]\ny[t] = abs(h[t]) + max(h[t], x[t])",
+         SEQUENTIAL),
+        ("coupled-vector", "h[t, n] = f[t, n] * h[t-1, n] + 0.5 * q[t-1, n]\n"
+                           "q[t, n] = 0.5 * q[t-1, n] - 0.1 * h[t-1, n] + x[t]\n"
+                           "y[t] = sum(h[t, n] - q[t, n])", SEQUENTIAL),
+        ("affine-default", ex.PRESETS["affine scan"], DEFAULT),
+        ("selective-default", ex.PRESETS["selective scan"], DEFAULT),
+    ]
+    return out
+
+
+def _key(text: str, options: dict[str, Any]) -> str:
+    return json.dumps({"text": text, "options": options}, sort_keys=True)
+
+
+def build(folder: Path) -> None:
+    """Compile forward and adjoint of every case for CUDA and write their records."""
+    import explorer as ex
+
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {}
+    for i, (name, text, options) in enumerate(_cases()):
+        opts = dict(options)
+        strategy = opts.pop("strategy")
+        fwd = ex.compile(text, target="cuda", strategy=strategy, **opts)
+        bwd = ex.grad(text).compile(target="cuda", strategy=strategy, **opts)
+        fwd.dump(folder / f"{i}-forward.json.gz")
+        bwd.dump(folder / f"{i}-adjoint.json.gz")
+        index[_key(text, options)] = [f"{i}-forward.json.gz", f"{i}-adjoint.json.gz"]
+        print(f"built {name}")
+    (folder / "index.json").write_text(json.dumps(index, indent=1))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE.parents[1]))
+    parser = argparse.ArgumentParser(description="build the compiled records of these tests")
+    parser.add_argument("--build", type=Path, default=RECORDS)
+    build(parser.parse_args().build)
+    sys.exit(0)
+
+cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+torch = pytest.importorskip("torch")
+
+from explorer.runtime.cuda import gpu_available  # noqa: E402
+
+if not gpu_available() or not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to CuPy and torch", allow_module_level=True)
+if not HAS_MLIR and not (RECORDS / "index.json").exists():
+    pytest.skip("neither MLIR nor compiled records: run `python tests/gpu/test_autodiff_gpu.py "
+                "--build tests/gpu/artifacts/autodiff` where MLIR is installed",
+                allow_module_level=True)
+
+import explorer as ex  # noqa: E402
+from explorer.frontend.recurrence import Recurrence  # noqa: E402
+from explorer.torch_op import torch_op  # noqa: E402
+from tests.unit.test_autodiff import (  # noqa: E402
+    KERNEL_TOL,
+    _inputs,
+    _reference_grads,
+    _rel,
+    torch_reference,
+)
+
+CASES = _cases()
+LONG_TOL = 2e-4
+
+
+def _op(text: str, options: dict[str, Any]) -> Any:
+    """The torch op of a CUDA compile: compiled here, or read from the records."""
+    if HAS_MLIR:
+        opts = dict(options)
+        strategy = opts.pop("strategy")
+        return ex.compile(text, target="cuda", strategy=strategy, **opts).torch()
+    from explorer.compiler import load_compiled
+
+    index = json.loads((RECORDS / "index.json").read_text())
+    try:
+        fwd, bwd = index[_key(text, options)]
+    except KeyError:
+        pytest.skip("no record of this compile: rebuild the records")
+    return torch_op(load_compiled(RECORDS / fwd), adjoint=load_compiled(RECORDS / bwd))
+
+
+def _cuda_grads(op: Any, rec: Recurrence, arrays: dict[str, np.ndarray],
+                h0: dict[str, np.ndarray], cot: dict[str, Any]) -> dict[str, Any]:
+    leaves = {k: torch.tensor(v, device="cuda", requires_grad=True)
+              for k, v in {**arrays, **h0}.items()}
+    out = op(**leaves)
+    out = out if isinstance(out, dict) else {(rec.states + rec.readouts)[0]: out}
+    for v in out.values():
+        assert v.is_cuda
+    loss = sum((out[k] * cot[k].to("cuda", torch.float32)).sum() for k in out)
+    loss.backward()
+    return {k: v.grad.cpu() for k, v in leaves.items()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case_id, text, options", CASES, ids=[c[0] for c in CASES])
+def test_gradients_on_the_gpu_match_torch_autograd(case_id: str, text: str,
+                                                   options: dict[str, Any]):
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text)
+    cot, ref = _reference_grads(rec, arrays, h0)
+    ours = _cuda_grads(_op(text, options), rec, arrays, h0, cot)
+    errors = {k: _rel(ours[k], ref[k]) for k in ref}
+    assert max(errors.values()) < KERNEL_TOL, errors
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset", ["affine scan", "selective scan"])
+def test_long_chunked_sequences(preset: str):
+    text = ex.PRESETS[preset]
+    rec = Recurrence.parse(text)
+    length = 20000 if preset == "affine scan" else 3000
+    arrays, h0 = _inputs(text, batch=(2,), n=4, length=length)
+    if preset == "affine scan":
+        arrays["a"] = (0.9 + 0.0999 * np.random.default_rng(0).random(arrays["a"].shape)
+                       ).astype(np.float32)
+    cot, ref = _reference_grads(rec, arrays, h0)
+    name = "affine-default" if preset == "affine scan" else "selective-default"
+    options = next(o for n, _, o in CASES if n == name)
+    ours = _cuda_grads(_op(text, options), rec, arrays, h0, cot)
+    errors = {k: _rel(ours[k], ref[k]) for k in ref}
+    assert max(errors.values()) < LONG_TOL, errors
+
+
+@pytest.mark.gpu
+def test_runs_on_torchs_current_stream():
+    """Inputs written on a side stream and used at once, without a synchronisation: the op must
+    run on that stream (torch's current one) to see them."""
+    text = ex.PRESETS["selective scan"]
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text)
+    cot, ref = _reference_grads(rec, arrays, h0)
+    op = _op(text, BLELLOCH)
+    side = torch.cuda.Stream()
+    host = {k: torch.tensor(v).pin_memory() for k, v in {**arrays, **h0}.items()}
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)   # keep the side stream busy while the copies queue
+        leaves = {k: v.to("cuda", non_blocking=True).requires_grad_() for k, v in host.items()}
+        out = op(**leaves)
+        loss = sum((out[k] * cot[k].to("cuda", torch.float32)).sum() for k in out)
+        loss.backward()
+    side.synchronize()
+    errors = {k: _rel(leaves[k].grad.cpu(), ref[k]) for k in ref}
+    assert max(errors.values()) < KERNEL_TOL, errors
+
+
+@pytest.mark.gpu
+def test_torch_compile_on_the_gpu():
+    text = ex.PRESETS["selective scan"]
+    arrays, h0 = _inputs(text)
+    op = _op(text, BLELLOCH)
+    names = list(arrays) + list(h0)
+
+    def loss(*xs: Any) -> Any:
+        out = op(**dict(zip(names, xs)))
+        return (out["y"] * out["y"]).sum() + out["h"].sum()
+
+    def grads(fn: Any) -> list[Any]:
+        xs = [torch.tensor(v, device="cuda", requires_grad=True)
+              for v in {**arrays, **h0}.values()]
+        fn(*xs).backward()
+        return [x.grad for x in xs]
+
+    compiled = torch.compile(loss, fullgraph=True)
+    for eager, traced in zip(grads(loss), grads(compiled)):
+        assert torch.allclose(eager, traced, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_float64_cuda_tensors_run_the_reference():
+    text = ex.PRESETS["affine scan"]
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text, batch=(2,), length=6)
+    op = _op(text, BLELLOCH)
+    leaves = {k: torch.tensor(v, dtype=torch.float64, device="cuda", requires_grad=True)
+              for k, v in {**arrays, **h0}.items()}
+    out = op(**leaves)
+    assert out.dtype == torch.float64 and out.is_cuda
+    ref = torch_reference(rec, {k: leaves[k].cpu() for k in arrays},
+                          {k: leaves[k].cpu() for k in h0})["h"]
+    assert torch.allclose(out.cpu(), ref)
