@@ -17,11 +17,15 @@ it)::
     ptx_info, graphs: {stage name: svg}, measurements: [{name, length, channels, seconds, bytes,
     device, kind, status}] | null,
     locations: {term "line:col": {pass name | "ptx": [line, ...]}} | null   (lines from 0)
+    terms:    [{term "line:col", kind: statement | name, name, line, col, end_col}]
+              (where each located term stands in the recurrence text: line from 1, columns
+              from 0, end exclusive)
 
 The IR after each pass is stored as line edits against the IR before it, and a stage whose text is
 a pass's IR names the pass: the whole record is about a third of the texts it holds.
 ``locations`` is the compiler's own record (``Compiled.term_lines``), stored as it is, for linking
-each recurrence term to the lines it became.
+each recurrence term to the lines it became; ``terms`` says where each of its terms is written
+(the parser's spans), so the extension marks exactly those characters.
 """
 
 from __future__ import annotations
@@ -176,6 +180,7 @@ def compile_record(compiled: Any, measurements: Iterable[Any] | None = None,
                              "changed": bool(p.changed), "pipeline": getattr(p, "pipeline", ""),
                              "edits": line_edits(previous, p.ir)})
         previous = p.ir
+    locations = _locations(compiled)
     return {
         "format": FORMAT,
         "explorer_version": __version__,
@@ -189,7 +194,8 @@ def compile_record(compiled: Any, measurements: Iterable[Any] | None = None,
         "ptx_info": compiled.ptx_info,
         "graphs": _graphs(compiled) if graphs else {},
         "measurements": measurement_records(measurements),
-        "locations": _locations(compiled),
+        "locations": locations,
+        "terms": term_records(compiled.recurrence, locations),
     }
 
 
@@ -203,6 +209,36 @@ def _locations(compiled: Any) -> dict[str, dict[str, list[int]]] | None:
     except Exception:  # noqa: BLE001 - the links are extra; the stages stay
         return None
     return record
+
+
+def term_records(recurrence: Any, locations: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Where each term of ``locations`` is written in the recurrence: a statement (its whole
+    span) or a name's first use (the name and its subscript), from the parser's spans. Terms
+    the record does not name are left out."""
+    if not locations:
+        return []
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+
+    def add(kind: str, name: str, span: Any) -> None:
+        key = f"{span.line}:{span.col + 1}"  # columns from 1, as the locations count them
+        if key in locations and key not in seen:
+            seen.add(key)
+            out.append({"term": key, "kind": kind, "name": name, "line": span.line,
+                        "col": span.col, "end_col": span.end_col})
+
+    try:
+        from explorer.frontend.recurrence import Ref, walk
+
+        for statement in recurrence.statements:  # statements first: they own their column
+            add("statement", statement.target, statement.span)
+        for statement in recurrence.statements:
+            for node in walk(statement.expr):
+                if isinstance(node, Ref):
+                    add("name", node.name, node.span)
+    except (AttributeError, TypeError):  # a recurrence without spans: the links stay off
+        return []
+    return out
 
 
 def mime_bundle(compiled: Any, measurements: Iterable[Any] | None = None) -> dict[str, Any]:

@@ -7,7 +7,9 @@ served through ``JUPYTER_PATH`` instead (never a development link). The test roo
 saved explorer bundle (with measurements of a short CPU sweep); the server has no kernel to
 start, as on a machine without the notebook's kernel. Checks: both files open in the editor with
 highlighted tokens; the notebook, opened with no kernel, shows the stages, steps
-through the passes with diffs, and draws the scan tree and the timing plot. Screenshots go to
+through the passes with diffs, and draws the scan tree and the timing plot; in a second saved
+notebook (the selective scan) a click on a term of the recurrence marks the ops of the pass shown
+and the PTX lines it became, and a click on a PTX line names its term. Screenshots go to
 ``test-output/browser/``.
 """
 
@@ -36,6 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXTENSION = "scanweaver-explorer"
 BUILT = REPO / "extensions" / "scanweaver" / "labextension"
 NOTEBOOK = "saved-explorer.ipynb"
+SELECTIVE = "saved-selective-scan.ipynb"
 
 
 def _installed_extension() -> Path | None:
@@ -45,13 +48,14 @@ def _installed_extension() -> Path | None:
     return folder if (folder / "package.json").exists() else None
 
 
-def _write_notebook(path: Path, bundle: dict[str, Any]) -> None:
+def _write_notebook(path: Path, bundle: dict[str, Any],
+                    recurrence: str = "h[t] = a[t] * h[t-1] + b[t]") -> None:
     nbformat = pytest.importorskip("nbformat")
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
         nbformat.v4.new_markdown_cell("The explorer's output, saved; no kernel is needed."),
         nbformat.v4.new_code_cell(
-            "import explorer as ex\nex.Explorer('h[t] = a[t] * h[t-1] + b[t]')",
+            f"import explorer as ex\nex.Explorer({recurrence!r})",
             outputs=[nbformat.v4.new_output("display_data", data=bundle)],
             execution_count=1),
     ]
@@ -79,6 +83,8 @@ def lab_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     measurements = list(cpu_sweep(cpu, ex.reference, [256, 1024, 4096, 16384], 64, 1,
                                   threading.Event()))
     _write_notebook(root / NOTEBOOK, mime_bundle(compiled, measurements))
+    selective = ex.compile(ex.PRESETS["selective scan"])
+    _write_notebook(root / SELECTIVE, mime_bundle(selective), ex.PRESETS["selective scan"])
     return root
 
 
@@ -319,6 +325,99 @@ def test_timing_plot(extension_lab: str, page: Any, output_dir: Path) -> None:
     plot.scroll_into_view_if_needed()
     page.locator(".sw-compile").screenshot(path=str(output_dir / "36-saved-timing.png"))
     assert _kernels(extension_lab) == []
+
+
+# -- click-to-highlight ---------------------------------------------------------------------------
+def _count(lines: list[int]) -> int:
+    return len(set(lines))
+
+
+def test_a_term_marks_its_ops_and_ptx_lines(lab_root: Path, extension_lab: str, page: Any,
+                                            output_dir: Path) -> None:
+    """Click x[t] of the selective scan: its ops in scan-lower and its PTX lines are marked,
+    with their counts; a click on a PTX line names the term it came from."""
+    import explorer as ex
+
+    compiled = ex.compile(ex.PRESETS["selective scan"])  # the notebook's compile (cached)
+    where = compiled.term_lines()
+    x, dt = where["1:61"], where["1:15"]
+    page.goto(extension_lab + f"lab/tree/{SELECTIVE}?reset", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook", timeout=120_000)
+    _dismiss_kernel_dialog(page)
+    view = page.locator(".sw-compile")
+    view.wait_for(timeout=60_000)
+    header = view.locator(".sw-header")
+    term = header.locator(".sw-term[data-term='1:61']")
+    assert term.inner_text() == "x[t]"
+    assert header.locator(".sw-term-name").count() == 6  # dt A B x C D
+    assert header.locator(".sw-term-statement").count() == 2
+    assert "h[t, n] = exp(dt[t] * A[n])" in header.locator(".sw-code").inner_text()
+    info = header.locator(".sw-link-info")
+    assert info.inner_text().startswith("Hover or click a term")
+
+    # the MLIR tab at scan-lower, then x[t] clicked
+    panel = _tab(page, "MLIR")
+    index = [p.name for p in compiled.passes].index("scan-lower")
+    panel.locator(".sw-pass-select").select_option(str(index))
+    assert panel.locator(".sw-pass-links").inner_text().startswith("locations recorded")
+    term.click()
+    code = panel.locator(".sw-pass-code")
+    expected = (f"x[t]: {_count(x['scan-lower'])} ops in scan-lower, "
+                f"{_count(x['ptx'])} PTX lines")
+    assert info.inner_text() == expected
+    marked = code.locator(".sw-line.sw-linked")
+    assert marked.count() == _count(x["scan-lower"])
+    lines = [int(n) for n in marked.evaluate_all("(ls) => ls.map((l) => l.dataset.line)")]
+    assert lines == sorted(i + 1 for i in set(x["scan-lower"]))
+    assert any("memref.load" in t for t in marked.all_inner_texts())  # x's loads
+    assert "sw-term-pinned" in (term.get_attribute("class") or "")
+    page.mouse.move(5, 5)  # off the term: the click keeps it marked
+    assert info.inner_text() == expected
+    view.screenshot(path=str(output_dir / "38-term-ops-scan-lower.png"))
+
+    # the PTX tab shows its lines marked
+    ptx = _tab(page, "PTX")
+    ptx_marked = ptx.locator(".sw-line.sw-linked")
+    assert ptx_marked.count() == _count(x["ptx"])
+    assert any("ld.global" in t for t in ptx_marked.all_inner_texts())
+    # the PTX opened at x's first line; the step buttons go through the others
+    pre = ptx.locator("pre.sw-code").bounding_box()
+    first = ptx_marked.first.bounding_box()
+    assert pre["y"] <= first["y"] <= pre["y"] + pre["height"]
+    steps = header.locator(".sw-link-steps")
+    steps.locator(".sw-link-next").click()
+    steps.locator(".sw-link-next").click()
+    assert steps.locator(".sw-link-count").inner_text() == f"2/{_count(x['ptx'])}"
+    current = ptx.locator(".sw-line.sw-line-current").bounding_box()
+    assert pre["y"] <= current["y"] <= pre["y"] + pre["height"]
+    view.screenshot(path=str(output_dir / "39-term-ptx-lines.png"))
+
+    # the reverse map: a PTX line of dt[t] alone names dt[t]
+    only_dt = sorted(set(dt["ptx"]) - set(x["ptx"]))[0] + 1
+    line = ptx.locator(f".sw-line[data-line='{only_dt}']")
+    line.scroll_into_view_if_needed()
+    line.click()
+    assert info.inner_text().startswith(f"PTX line {only_dt} came from dt[t] at 1:15")
+    assert "sw-term-pinned" in (header.locator(".sw-term[data-term='1:15']")
+                                .get_attribute("class") or "")
+    assert ptx.locator(".sw-line.sw-linked").count() == _count(dt["ptx"])
+    assert "sw-line-picked" in (line.get_attribute("class") or "")
+
+    # a pass without a location map says so
+    panel = _tab(page, "MLIR")
+    unlocated = next(i for i, p in enumerate(compiled.passes) if p.name not in where["1:1"])
+    panel.locator(".sw-pass-select").select_option(str(unlocated))
+    assert panel.locator(".sw-pass-links").inner_text().startswith(
+        "no locations recorded for this pass")
+    header.locator(".sw-term[data-term='2:33']").hover()
+    assert "no locations recorded for this pass" in info.inner_text()
+    assert info.inner_text().startswith("D: ")
+    assert panel.locator(".sw-line.sw-linked").count() == 0
+    # its links jump to a pass that has one
+    panel.locator(".sw-pass-jump", has_text="scan-lower").click()
+    header.locator(".sw-term[data-term='2:33']").hover()
+    assert info.inner_text().startswith(f"D: {_count(where['2:33']['scan-lower'])} op")
+    assert panel.locator(".sw-line.sw-linked").count() == _count(where["2:33"]["scan-lower"])
 
 
 def test_snapshot_file_opens_in_a_browser(lab_root: Path, page: Any, output_dir: Path,

@@ -103,6 +103,27 @@ def test_record_holds_every_stage_and_pass(compiled: Any, measurements: Any) -> 
     assert size < 0.75 * sum(len(s.text) for s in compiled.stages.values())
 
 
+def test_terms_say_where_each_located_term_is_written() -> None:
+    pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
+    import explorer as ex
+
+    selective = ex.compile(ex.PRESETS["selective scan"])
+    record = B.compile_record(selective, graphs=False)
+    locations, terms = record["locations"], record["terms"]
+    assert locations and {t["term"] for t in terms} == set(locations)
+    lines = selective.recurrence.text.split("\n")
+    written = {t["term"]: (t["kind"], lines[t["line"] - 1][t["col"]:t["end_col"]]) for t in terms}
+    assert written["1:1"] == ("statement", lines[0])
+    assert written["2:1"] == ("statement", lines[1])
+    assert written["1:61"] == ("name", "x[t]")  # x's first use, with its subscript
+    assert written["1:15"] == ("name", "dt[t]")
+    assert written["2:33"] == ("name", "D")
+    for t in terms:  # the key is where the term starts, columns from 1
+        assert t["term"] == f"{t['line']}:{t['col'] + 1}"
+    assert B.term_records(selective.recurrence, None) == []
+    assert B.term_records(object(), locations) == []  # no statements: no links, no error
+
+
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz 'dot' is not installed")
 def test_record_has_the_pictures_as_svg(compiled: Any) -> None:
     graphs = B.compile_record(compiled)["graphs"]

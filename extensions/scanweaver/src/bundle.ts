@@ -7,6 +7,8 @@
  * whose text is a pass's IR names that pass (`pass`) instead of repeating the text.
  */
 
+import type { TermRecord } from './locations';
+
 export const MIME_TYPE = 'application/vnd.scanweaver.compile+json';
 export const FORMAT = 'scanweaver-compile/1';
 
@@ -60,10 +62,12 @@ export interface CompileBundle {
   measurements?: Measurement[] | null;
   /**
    * The compiler's source locations: for each recurrence term (`"line:col"`), the lines (from 0)
-   * it became in the IR after each pass (by pass name) and in the PTX (`"ptx"`). Not drawn yet:
-   * the renderer gives every code line a `data-line` (from 1) so that these can be marked.
+   * it became in the IR after each pass that recorded them (by pass name) and in the PTX
+   * (`"ptx"`). The renderer links terms and lines with them (`src/locations.ts`).
    */
   locations?: Record<string, Record<string, number[]>> | null;
+  /** where each located term is written in `recurrence` (the parser's spans) */
+  terms?: TermRecord[] | null;
 }
 
 /** Apply `edits` to the lines of the text before a pass; returns the lines after it. */

@@ -7,6 +7,8 @@ export interface DiffLine {
   /** ' ' context, '-' removed, '+' added, '@' hunk header */
   kind: ' ' | '-' | '+' | '@';
   text: string;
+  /** the line's number (from 1) in the text after the pass, for context and added lines */
+  newLine?: number;
 }
 
 /**
@@ -46,10 +48,11 @@ export function unifiedDiff(before: readonly string[], edits: readonly Edit[], c
     let newCount = 0;
     const body: DiffLine[] = [];
     let cursor = oldFrom;
+    const next = () => newFrom + newCount + 1; // the after-text number of the next new line
     for (let k = i; k <= j; k++) {
       const change = changes[k];
       for (; cursor < change.oldStart; cursor++) {
-        body.push({ kind: ' ', text: before[cursor] });
+        body.push({ kind: ' ', text: before[cursor], newLine: next() });
         oldCount++;
         newCount++;
       }
@@ -59,12 +62,12 @@ export function unifiedDiff(before: readonly string[], edits: readonly Edit[], c
       }
       cursor += change.drop;
       for (const line of change.insert) {
-        body.push({ kind: '+', text: line });
+        body.push({ kind: '+', text: line, newLine: next() });
         newCount++;
       }
     }
     for (; cursor < oldTo; cursor++) {
-      body.push({ kind: ' ', text: before[cursor] });
+      body.push({ kind: ' ', text: before[cursor], newLine: next() });
       oldCount++;
       newCount++;
     }

@@ -13,6 +13,8 @@ import { CompileBundle, DecodedBundle, MIME_TYPE } from './bundle';
 import { diffStats, unifiedDiff } from './diff';
 import { renderCode } from './highlight';
 import { findLanguage, recurrence as recurrenceParser } from './languages';
+import { TermLinker } from './linker';
+import { PTX } from './locations';
 import { throughputPlot } from './plot';
 
 const TITLES: Record<string, string> = {
@@ -85,9 +87,12 @@ export class CompileView {
   private readonly buttons: HTMLButtonElement[] = [];
   private readonly panels: HTMLElement[] = [];
   private readonly drawn = new Set<number>();
+  /** links the recurrence's terms to the IR and PTX lines they became */
+  readonly linker: TermLinker;
 
   constructor(bundle: CompileBundle) {
     this.data = new DecodedBundle(bundle);
+    this.linker = new TermLinker(bundle);
     this.node = el('div', 'sw-compile');
     this.tabs = this.makeTabs();
     this.node.appendChild(this.header());
@@ -121,13 +126,15 @@ export class CompileView {
       this.drawn.add(index);
       this.tabs[index].draw(this.panels[index]);
     }
+    this.linker.shown();
   }
 
   private header(): HTMLElement {
     const b = this.data.bundle;
     const head = el('div', 'sw-header');
     head.appendChild(el('div', 'sw-title', 'ScanWeaver Explorer'));
-    head.appendChild(renderCode(b.recurrence, recurrenceParser));
+    head.appendChild(this.linker.renderRecurrence(b.recurrence, recurrenceParser));
+    head.appendChild(this.linker.bar);
     const options = Object.entries(b.options ?? {})
       .filter(([key]) => !['strategy', 'target'].includes(key))
       .map(([key, value]) => `${key} ${String(value)}`)
@@ -151,7 +158,7 @@ export class CompileView {
       if (isPassStage && b.passes.length > 0) {
         if (!passTabAdded) {
           passTabAdded = true;
-          tabs.push({ title: 'MLIR', draw: panel => new PassStepper(this.data, panel) });
+          tabs.push({ title: 'MLIR', draw: panel => new PassStepper(this.data, panel, this.linker) });
         }
         continue;
       }
@@ -183,7 +190,11 @@ export class CompileView {
       panel.appendChild(el('div', 'sw-caption', caption));
       panel.appendChild(svgImage(graph, caption));
     }
-    panel.appendChild(renderCode(text, parserFor(record.kind)));
+    const code = renderCode(text, parserFor(record.kind));
+    panel.appendChild(code);
+    if (name === 'ptx') {
+      this.linker.attach(PTX, code, PTX);
+    }
   }
 
   private ptxInfo(): HTMLElement {
@@ -258,12 +269,15 @@ export class PassStepper {
   private readonly prev: HTMLButtonElement;
   private readonly next: HTMLButtonElement;
   private readonly modeButtons: HTMLButtonElement[] = [];
+  private readonly links: HTMLElement;
+  private readonly linker: TermLinker | null;
   /** -1: the IR before the first pass; i: the IR after pass i */
   index = -1;
   mode: 'ir' | 'diff' = 'ir';
 
-  constructor(data: DecodedBundle, panel: HTMLElement) {
+  constructor(data: DecodedBundle, panel: HTMLElement, linker: TermLinker | null = null) {
     this.data = data;
+    this.linker = linker;
     const controls = el('div', 'sw-pass-controls');
     this.prev = el('button', 'sw-pass-prev', '◀ prev');
     this.next = el('button', 'sw-pass-next', 'next ▶');
@@ -296,8 +310,9 @@ export class PassStepper {
     }
     controls.appendChild(modes);
     this.info = el('div', 'sw-pass-info');
+    this.links = el('div', 'sw-pass-links');
     this.code = el('div', 'sw-pass-code');
-    panel.append(controls, this.info, this.code);
+    panel.append(controls, this.info, this.links, this.code);
     this.show(-1);
   }
 
@@ -310,10 +325,12 @@ export class PassStepper {
     this.modeButtons.forEach(b => b.classList.toggle('sw-active', b.dataset.mode === this.mode));
     this.code.replaceChildren();
     const mlir = findLanguage('mlir')!.parser;
+    const name = this.index === -1 ? null : passes[this.index].name;
+    this.showLinks(name);
     if (this.index === -1) {
       const text = this.data.irAfter(-1);
       this.info.textContent = `the IR the passes start from (${text.split('\n').length} lines); step with next ▶`;
-      this.code.appendChild(renderCode(text, mlir));
+      this.showCode(renderCode(text, mlir), name);
       return;
     }
     const record = passes[this.index];
@@ -328,20 +345,65 @@ export class PassStepper {
       this.info.title = record.pipeline;
     }
     if (this.mode === 'ir') {
-      this.code.appendChild(renderCode(after, mlir));
+      this.showCode(renderCode(after, mlir), name);
       return;
     }
     if (diff.length === 0) {
       this.code.appendChild(el('div', 'sw-info', 'This pass left the IR as it was.'));
+      this.linker?.attach('mlir', el('pre'), null);
       return;
     }
     const pre = el('pre', 'sw-code sw-diff');
     for (const line of diff) {
       const kind = { ' ': 'sw-diff-ctx', '-': 'sw-diff-del', '+': 'sw-diff-add', '@': 'sw-diff-hunk' }[line.kind];
       const span = el('span', kind, (line.kind === '@' ? '' : line.kind) + line.text);
+      if (line.newLine !== undefined) {
+        // the line's number after the pass: the term links mark it as in the IR view
+        span.classList.add('sw-line');
+        span.dataset.line = String(line.newLine);
+      }
       pre.append(span, '\n');
     }
+    this.showCode(pre, name);
+  }
+
+  private showCode(pre: HTMLElement, pass: string | null): void {
     this.code.appendChild(pre);
+    this.linker?.setPass(pass);
+    this.linker?.attach('mlir', pre, pass);
+  }
+
+  /** Whether this pass recorded where its ops came from, and the passes that did. */
+  private showLinks(pass: string | null): void {
+    this.links.replaceChildren();
+    const linker = this.linker;
+    if (!linker) {
+      return;
+    }
+    if (!linker.enabled) {
+      this.links.textContent = 'no locations recorded for this compile';
+      return;
+    }
+    if (pass !== null && linker.map.has(pass)) {
+      this.links.classList.remove('sw-no-links');
+      this.links.textContent =
+        'locations recorded for this pass: a term of the recurrence marks its ops, a click on a line names its term';
+      return;
+    }
+    this.links.classList.add('sw-no-links');
+    this.links.append(
+      pass === null
+        ? 'no locations recorded for the IR before the passes; passes with locations: '
+        : 'no locations recorded for this pass; passes with locations: '
+    );
+    this.data.bundle.passes.forEach((p, i) => {
+      if (linker.map.has(p.name)) {
+        const jump = el('button', 'sw-pass-jump', p.name);
+        jump.type = 'button';
+        jump.addEventListener('click', () => this.show(i));
+        this.links.append(jump, ' ');
+      }
+    });
   }
 }
 
