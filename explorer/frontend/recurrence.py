@@ -27,10 +27,33 @@ from explorer.frontend.names import RESERVED_NAMES, STATE_AXIS, TIME_AXIS, h0_na
 
 MAX_SOURCE_CHARS = 20_000
 #: terms of one recurrence (names, numbers, operators, calls). Long sums are legal: every walk
-#: over the tree is iterative, so a chain of this many terms compiles (a 2,500-term sum decomposes
-#: in seconds); the bound keeps sympy's work and the kernel's size reasonable
+#: over the tree is iterative (a 2,400-term chain parses, decomposes and runs the reference in
+#: about a second); the bound keeps sympy's work and the kernels' size reasonable
 MAX_NODES = 5_000
 MAX_LAG = 8
+#: the deepest nesting of functions, powers and parenthesised sums and products inside each
+#: other (a chain such as a + b + c is one level, however long). sympy walks expressions
+#: recursively: exp(-exp(-...)) 190 levels deep exceeded Python's recursion limit in sympy itself;
+#: 50 levels compile with the recursion limit lowered to 600
+MAX_DEPTH = 50
+#: the largest state dimension S: the sum of the orders of the states (two coupled states read
+#: at t-8 make S = 16). Compile times of two coupled states (explorer.compile, cache off, one at
+#: a time on the 2-core development machine; S >= 9 with other work beside it):
+#:
+#:   S                     2    3    4    5    6    7    8     9    10    11   12   14   16
+#:   sequential, cpu     0.8  0.9  1.0  0.8  1.0  0.9  1.6   2.5   4.1   3.8  2.9  4.5  4.1 s
+#:   sequential, cuda    0.9  1.0  0.8  0.9  1.3  1.5  1.9   2.2   3.1   3.1  2.8  4.2  3.3 s
+#:   blelloch, cpu       1.6  3.6  5.5  7.9 10.9 16.4 24.1  72.3 152.5 380.0            (448)
+#:   blelloch, cuda 32x1 1.1  1.9  2.5  4.6  6.7  9.8 12.9  17.8  25.5  33.0 62.7   -    -
+#:
+#: (448: seconds and 1.2 GB as first reported; cuda Blelloch with 32 threads x 1 element runs out of
+#: shared memory from S = 14, with the default 128 x 8 from S = 3.) The sequential kernel applies
+#: an S x S matrix per step, code that grows as S**2; the Blelloch tree composes S x S matrices
+#: at every level, code that grows as S**3. So the language takes 16 (every S measured compiles
+#: in seconds sequentially) and the Blelloch strategy 8, the order one state may have
+#: (:data:`MAX_LAG`), checked by :func:`check_state_size` before any compile work.
+MAX_STATE_SIZE = 16
+MAX_BLELLOCH_STATE_SIZE = 8
 #: the largest magnitude of a constant, literal or folded: float32's largest finite value (the
 #: kernels compute in float32; a larger constant would silently become inf)
 MAX_CONSTANT = 3.4028234663852886e38
@@ -323,6 +346,7 @@ class _Built:
     expr: Expr
     value: float | None = None
     power: float | None = None
+    depth: int = 0
 
 
 _BINOPS: dict[type, Literal["+", "-", "*", "/", "**"]] = {
@@ -468,7 +492,12 @@ class _Parser:
             args = results[len(results) - arity:] if arity else []
             if arity:
                 del results[len(results) - arity:]
-            results.append(self.build(node, args))
+            built = self.build(node, args)
+            depth = _depth(built.expr, args)
+            if depth > MAX_DEPTH:
+                raise self.error(f"the recurrence nests functions, powers and parentheses more "
+                                 f"than {MAX_DEPTH} levels deep here", built.expr.span)
+            results.append(_Built(built.expr, built.value, built.power, depth))
         return results[0].expr
 
     def enter(self, node: ast.expr) -> tuple[ast.expr, ...]:
@@ -657,6 +686,7 @@ class _Parser:
         if not states:
             raise self.error("no state: a recurrence needs a statement that reads its own past, "
                              "such as h[t] = a[t] * h[t-1] + b[t]", statements[0].span)
+        self.check_state_size(states, order, refs)
 
         vector = any(defined[name].lane for name in states)
         for name in states:
@@ -721,6 +751,13 @@ class _Parser:
                 self.check_affine(s, set(states))
         return Recurrence(self.text, tuple(statements), states, readouts, tuple(inputs),
                           tuple(params), frozenset(lane_names), vector, order, name)
+
+    def check_state_size(self, states: tuple[str, ...], order: dict[str, int],
+                         refs: list[tuple[Statement, Ref]]) -> None:
+        size = sum(order.values())
+        if size > MAX_STATE_SIZE:
+            raise _state_size_error(self.text, states, order, refs, MAX_STATE_SIZE,
+                                    "the scan composes S x S matrices")
 
     def check_initial_keywords(self, states: tuple[str, ...], defined: dict[str, Statement],
                                refs: list[tuple[Statement, Ref]], inputs: list[str]) -> None:
@@ -812,6 +849,54 @@ class _Parser:
             return 0
 
         fold(s.expr, degree)
+
+
+def check_state_size(rec: Recurrence, strategy: str) -> None:
+    """Refuse, before any compile work, a state dimension the strategy cannot compile in
+    seconds: the Blelloch tree composes S x S matrices at every level, code that grows as S**3
+    (see :data:`MAX_BLELLOCH_STATE_SIZE`)."""
+    if strategy != "blelloch" or sum(rec.order.values()) <= MAX_BLELLOCH_STATE_SIZE:
+        return
+    refs = [(s, r) for s in rec.statements for r in walk(s.expr) if isinstance(r, Ref)]
+    raise _state_size_error(rec.text, rec.states, rec.order, refs, MAX_BLELLOCH_STATE_SIZE,
+                            "the Blelloch strategy composes S x S matrices at every level of "
+                            "its tree, code that grows as S**3; strategy='sequential' takes "
+                            f"up to {MAX_STATE_SIZE}")
+
+
+def _state_size_error(text: str, states: tuple[str, ...], order: dict[str, int],
+                      refs: list[tuple[Statement, Ref]], limit: int, why: str
+                      ) -> RecurrenceError:
+    """The error at the deepest read of the state whose order crosses the limit."""
+    size = sum(order.values())
+    total = 0
+    name = states[-1]
+    for name in states:
+        total += order[name]
+        if total > limit:
+            break
+    where = next(r for _, r in refs if r.name == name and r.lag == order[name])
+    parts = " + ".join(f"{s} {order[s]}" for s in states)
+    span = where.span
+    return RecurrenceError(f"the state has dimension S = {size} ({parts}: each state counts its "
+                           f"deepest lag), more than the limit of {limit}: {why}", text,
+                           span.line, span.col, span.length)
+
+
+_FAMILY = {"+": "+", "-": "+", "*": "*", "/": "*", "**": "**"}
+
+
+def _depth(e: Expr, args: list[_Built]) -> int:
+    """Nesting depth as sympy will see it: a chain of + and - (or of * and /) is one level,
+    and so is a run of unary signs."""
+    if not args:
+        return 0
+    if isinstance(e, Unary):
+        return args[0].depth if isinstance(e.operand, Unary) else args[0].depth + 1
+    if (isinstance(e, Binary) and isinstance(e.left, Binary) and e.op != "**"
+            and _FAMILY[e.left.op] == _FAMILY[e.op]):
+        return max(args[0].depth, args[1].depth + 1)
+    return 1 + max(a.depth for a in args)
 
 
 def _too_many() -> str:

@@ -102,3 +102,20 @@ def test_text_and_latex_renderings():
     tex = f.to_latex()
     assert tex["A"].startswith("A_t = ") and "e^{A dt}" in tex["A"]
     assert r"\circ" in tex["combine"] and r"\sum_{n}" in tex["readout y"]
+
+
+def test_the_largest_state_the_language_takes_decomposes_quickly():
+    """Two coupled states read at t-8: S = 16, the limit of the language; a dense companion
+    system whose decomposition (sympy) stays well under a second or two."""
+    import time
+
+    from explorer.frontend.recurrence import MAX_STATE_SIZE
+
+    h = " + ".join(f"a{i} * h[t-{i}]" for i in range(1, 9))
+    g = " + ".join(f"c{i} * g[t-{i}]" for i in range(1, 9))
+    t0 = time.perf_counter()
+    f = form(f"h[t] = {h} + g[t-1] + x[t]\ng[t] = {g} + h[t-1]")
+    assert time.perf_counter() - t0 < 5
+    assert f.size == MAX_STATE_SIZE == 16 and f.kind == "dense"
+    assert f.A[0, :8] == sympy.Matrix([[symbol(f"a{i}") for i in range(1, 9)]])
+    assert f.A[8, 0] == 1 and f.A[1, 0] == 1    # g reads h[t-1]; h's companion row

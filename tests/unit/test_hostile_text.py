@@ -264,6 +264,43 @@ def test_beyond_the_limits_a_clear_error_not_a_recursion_error(text):
     assert any(w in str(err) for w in ("terms", "nested too deeply", "too many nested"))
 
 
+def _nested(prefix: str, suffix: str, levels: int) -> str:
+    return "h[t] = 0.5 * h[t-1] + " + prefix * levels + "x[t]" + suffix * levels
+
+
+@pytest.mark.parametrize("prefix, suffix", [("exp(-", ")"), ("sigmoid(softplus(", "))"),
+                                            ("1 / (2 + ", ")"), ("max(x[t], min(", ", 0.5))")])
+def test_nesting_is_bounded_where_sympy_still_has_stack_to_spare(prefix, suffix):
+    """Nesting deeper than MAX_DEPTH is refused at the term; the deepest nesting allowed
+    goes through sympy, the reference, the interpreter and codegen with the recursion limit
+    lowered to 600 (sympy recursed past 1000 at 190 levels of exp(-...))."""
+    from explorer.frontend.recurrence import MAX_DEPTH
+
+    levels = next(n for n in range(1, MAX_DEPTH + 2) if not _parses(_nested(prefix, suffix, n)))
+    err = _error(_nested(prefix, suffix, levels))
+    assert f"more than {MAX_DEPTH} levels deep" in str(err)
+    text = _nested(prefix, suffix, levels - 1)
+    x = np.random.default_rng(6).uniform(0.0, 0.1, (2, 8))
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(600)
+    try:
+        rec = ex.Recurrence.parse(text)
+        want = ex.reference(rec, x=x)
+        np.testing.assert_allclose(interpret(rec, x=x), want, rtol=1e-9)
+        c = ex.compile(rec, target="cpu", strategy="sequential", cache=False)
+    finally:
+        sys.setrecursionlimit(old)
+    np.testing.assert_allclose(c(x=x.astype(np.float32)), want, rtol=1e-4, atol=1e-6)
+
+
+def _parses(text: str) -> bool:
+    try:
+        ex.Recurrence.parse(text)
+    except ex.RecurrenceError:
+        return False
+    return True
+
+
 # ---------------------------------------------------------------------------------------------
 # 5. numbers where a parameter or an initial state is accepted
 # ---------------------------------------------------------------------------------------------
@@ -333,3 +370,48 @@ def test_the_cuda_launcher_checks_numbers_with_the_same_rule(tmp_path):
     m = marshal(specs, {"x": x, "gamma": 0.9, "h0": 0.5})
     assert m.arrays["gamma"].shape == (2,) and m.arrays["gamma"].dtype == np.float32
     assert float(m.arrays["gamma"][1]) == pytest.approx(0.9, rel=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. the state dimension: compiled in seconds, or refused before any work
+# ---------------------------------------------------------------------------------------------
+def _coupled(k1: int, k2: int) -> str:
+    h = " + ".join(f"a{i} * h[t-{i}]" for i in range(1, k1 + 1))
+    g = " + ".join(f"c{i} * g[t-{i}]" for i in range(1, k2 + 1))
+    return f"h[t] = {h} + g[t-1] + x[t]\ng[t] = {g} + h[t-1]"
+
+
+def test_a_state_beyond_the_language_limit_is_refused_at_parse_time():
+    text = _coupled(8, 8) + "\nk[t] = 0.5 * k[t-1] + h[t-1]"
+    err = _error(text)
+    assert "dimension S = 17 (h 8 + g 8 + k 1" in str(err) and "limit of 16" in str(err)
+    assert (err.line, text.splitlines()[2][err.col:err.col + err.length]) == (3, "k[t-1]")
+
+
+def test_blelloch_refuses_a_state_above_its_limit_before_any_work():
+    text = _coupled(5, 4)
+    ex.Recurrence.parse(text)        # the language takes it
+    t0 = time.perf_counter()
+    with pytest.raises(ex.RecurrenceError) as info:
+        ex.compile(text, target="cpu", strategy="blelloch", cache=False)
+    assert time.perf_counter() - t0 < 2
+    err = info.value
+    assert "dimension S = 9 (h 5 + g 4" in str(err) and "limit of 8" in str(err)
+    assert "strategy='sequential'" in str(err)
+    assert text.splitlines()[1][err.col:err.col + err.length] == "g[t-4]"
+
+
+def test_two_coupled_states_of_lag_8_compile_in_seconds_with_the_sequential_kernel():
+    """The 16-dimensional state that took 448 s and 1.2 GB with the Blelloch tree."""
+    text = _coupled(8, 8)
+    rng = np.random.default_rng(5)
+    params = {f"a{i}": np.float32(0.5 / i) for i in range(1, 9)}
+    params |= {f"c{i}": np.float32(-0.3 / i) for i in range(1, 9)}
+    x = rng.normal(size=(3, 50)).astype(np.float32)
+    t0 = time.perf_counter()
+    c = ex.compile(text, target="cpu", strategy="sequential", cache=False)
+    assert time.perf_counter() - t0 < 60
+    assert c.form.size == 16 and c.form.kind == "dense"
+    got, want = c(x=x, **params), ex.reference(text, x=x, **params)
+    for k in ("h", "g"):
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
