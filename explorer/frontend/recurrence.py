@@ -31,6 +31,11 @@ MAX_SOURCE_CHARS = 20_000
 #: about a second); the bound keeps sympy's work and the kernels' size reasonable
 MAX_NODES = 5_000
 MAX_LAG = 8
+#: names of one recurrence (inputs, parameters, states, readouts): each is a kernel argument
+#: (with the initial states, sizes and workspaces an artifact's kernel takes at most 256), and
+#: the kernels grow with them: distinct inputs compiled for the CPU (Blelloch) in 8.5 s (126),
+#: 22 s (254), 112 to 193 s (500)
+MAX_NAMES = 128
 #: the deepest nesting of functions, powers and parenthesised sums and products inside each
 #: other (a chain such as a + b + c is one level, however long). sympy walks expressions
 #: recursively: exp(-exp(-...)) 190 levels deep exceeded Python's recursion limit in sympy itself;
@@ -745,6 +750,18 @@ class _Parser:
                     inputs.append(r.name)
 
         self.check_initial_keywords(states, defined, refs, inputs)
+        names = len(inputs) + len(params) + len(defined)
+        if names > MAX_NAMES:
+            # at the first name past the limit
+            seen: list[str] = []
+            for _, r in refs:
+                if r.name not in defined and r.name not in seen:
+                    seen.append(r.name)
+                    if len(seen) + len(defined) > MAX_NAMES:
+                        break
+            raise self.error(f"the recurrence names {names} arrays (inputs, parameters, states "
+                             f"and readouts); the limit is {MAX_NAMES}, each being an argument "
+                             "of the kernels: add inputs up before the scan", r.span)
         for s in statements:
             self.check_sums(s, vector, s.target in readouts)
             if s.target in order:

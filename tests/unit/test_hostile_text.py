@@ -220,6 +220,24 @@ def test_a_500_term_sum_compiles_and_matches_the_reference(strategy, tail):
     np.testing.assert_allclose(interpret(rec, **arrays), want, rtol=1e-10)
 
 
+def test_names_are_bounded_at_the_first_name_past_the_limit():
+    """500 distinct inputs compiled for the CPU in minutes (and could not be an artifact, 256
+    kernel arguments at most): refused at the 129th name; 126 inputs compile in seconds."""
+    from explorer.frontend.recurrence import MAX_NAMES
+
+    text = "h[t] = a[t] * h[t-1] + " + " + ".join(f"b{i}[t]" for i in range(1, 501))
+    err = _error(text)
+    assert f"names 502 arrays (inputs, parameters, states and readouts); the limit is {MAX_NAMES}" \
+        in str(err)
+    assert text[err.col:err.col + err.length] == f"b{MAX_NAMES - 1}[t]"
+    text = "h[t] = a[t] * h[t-1] + " + " + ".join(f"b{i}[t]" for i in range(1, MAX_NAMES - 1))
+    rng = np.random.default_rng(8)
+    arrays = {n: rng.uniform(0.5, 1.0, (2, 30)).astype(np.float32)
+              for n in ex.Recurrence.parse(text).inputs}
+    c = ex.compile(text, target="cpu", strategy="blelloch", cache=False)
+    np.testing.assert_allclose(c(**arrays), ex.reference(text, **arrays), rtol=1e-5)
+
+
 def test_the_longest_chains_parse_render_compare_and_evaluate():
     """Every walk over a recurrence is iterative: a 2,400-term chain is far deeper than
     Python's recursion limit, and parsing, rendering, equality, hashing, repr, the affine
