@@ -34,7 +34,7 @@ RECORDS = Path(os.environ.get("SCANWEAVER_AUTODIFF_RECORDS", HERE / "artifacts" 
 HAS_MLIR = importlib.util.find_spec("mlir") is not None
 
 #: (name, recurrence, compile options) run on the GPU; the records are built for these
-BLELLOCH = {"strategy": "blelloch", "block_size": 32, "elements_per_thread": 1, "chunk_tiles": 1}
+BLELLOCH = {"strategy": "blelloch", "block_size": 32, "elements_per_thread": 2, "chunk_tiles": 1}
 DEFAULT = {"strategy": "blelloch"}
 SEQUENTIAL = {"strategy": "sequential"}
 
