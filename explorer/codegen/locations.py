@@ -53,14 +53,19 @@ def split_locations(asm: str) -> tuple[str, TermLines]:
         body.pop(0)
     plain: list[str] = []
     terms: TermLines = {}
+    resolved: dict[str, list[str]] = {}     # a location -> its terms, worked out once
     for line in body:
         uses = _USE.findall(line)
-        text = _USE.sub("", line)
-        if uses:
-            # the op's own location is the last one on its line (operands' come first)
-            for term in dict.fromkeys(_terms(uses[-1], aliases)):
-                terms.setdefault(term, []).append(len(plain))
-        plain.append(text)
+        if not uses:
+            plain.append(line)
+            continue
+        # the op's own location is the last one on its line (operands' come first)
+        own = uses[-1]
+        if own not in resolved:
+            resolved[own] = list(dict.fromkeys(_terms(own, aliases)))
+        for term in resolved[own]:
+            terms.setdefault(term, []).append(len(plain))
+        plain.append(_USE.sub("", line))
     return "\n".join(plain) + ("\n" if asm.endswith("\n") else ""), terms
 
 
