@@ -11,14 +11,14 @@ Where the GPU machine has no MLIR, compile here and run there (compiles do not d
 
 For the affine scan ``h[t] = a[t] * h[t-1] + b[t]`` and the Mamba selective scan (preset), the
 backward of ``compile(text).torch()`` is compared with torch autograd through torch's
-``associative_scan`` (``combine_mode="pointwise"`` under ``torch.compile``, as the forward
-baseline of ``scanweaver bench``).  Methods:
+``associative_scan`` (the forward baseline of ``scanweaver bench``).  Methods:
 
 - ``ours``: the op in eager mode: the adjoint scan (our kernel, ``reverse=True``) and the
   gradients as torch elementwise operations;
 - ``ours+compile``: the same op inside ``torch.compile`` (inductor fuses the elementwise part of
   the backward around the two custom ops);
-- ``torch-assoc``: autograd through ``associative_scan`` under ``torch.compile``.
+- ``torch-assoc``, ``torch-assoc-generic``: autograd through ``associative_scan`` under
+  ``torch.compile``, ``combine_mode="pointwise"`` and ``"generic"``.
 
 Only the backward is timed: the forward runs once, then ``torch.autograd.grad(..., retain_graph=
 True)`` is timed with CUDA events (warm-up, L2 flushed before each repetition, median), as
@@ -67,7 +67,7 @@ class Skip(Exception):
     """A method that cannot run here, and why."""
 
 
-def _assoc(device: str) -> Callable[[Any, Any], Any]:
+def _assoc(mode: str, compiled: bool) -> Callable[[Any, Any], Any]:
     """h of the affine scan over the last axis through torch's associative_scan."""
     import torch
 
@@ -75,16 +75,20 @@ def _assoc(device: str) -> Callable[[Any, Any], Any]:
         from torch._higher_order_ops.associative_scan import associative_scan
     except ImportError as err:
         raise Skip(f"torch associative_scan not importable ({err})") from None
+
+    def scan(a: Any, b: Any) -> Any:
+        return associative_scan(_combine, (a, b), dim=-1, combine_mode=mode)[1]
+
+    return torch.compile(scan, dynamic=False, fullgraph=True) if compiled else scan
+
+
+def _baselines(device: str) -> dict[str, Callable[[Any, Any], Any]]:
+    """On the GPU: combine_mode="pointwise" and "generic", both under torch.compile; on the CPU
+    the generic mode in eager (pointwise needs CUDA)."""
     if device == "cuda":
-        def scan(a: Any, b: Any) -> Any:
-            return associative_scan(_combine, (a, b), dim=-1, combine_mode="pointwise")[1]
-
-        return torch.compile(scan, dynamic=False, fullgraph=True)
-
-    def generic(a: Any, b: Any) -> Any:   # pointwise mode needs CUDA; eager on the CPU
-        return associative_scan(_combine, (a, b), dim=-1, combine_mode="generic")[1]
-
-    return generic
+        return {"torch-assoc": _assoc("pointwise", True),
+                "torch-assoc-generic": _assoc("generic", True)}
+    return {"torch-assoc": _assoc("generic", False)}
 
 
 # -- the problems -------------------------------------------------------------------------------
@@ -119,7 +123,7 @@ class Problem:
     def ours_forward(self, op: Any, xs: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def baseline_forward(self, xs: dict[str, Any]) -> Any:
+    def baseline_forward(self, xs: dict[str, Any], scan: Callable[[Any, Any], Any]) -> Any:
         raise NotImplementedError
 
     def methods(self) -> dict[str, Callable[[], tuple[Any, Callable[[], Any]]]]:
@@ -154,10 +158,12 @@ class Problem:
             names = list(self.inputs())
             return backward_of(lambda xs: fn(*xs.values()))
 
-        def baseline() -> tuple[Any, Any]:
-            return backward_of(self.baseline_forward)
+        def baseline(scan: Callable[[Any, Any], Any]) -> Callable[[], tuple[Any, Any]]:
+            return lambda: backward_of(lambda xs: self.baseline_forward(xs, scan))
 
-        return {"ours": ours, "ours+compile": ours_compiled, "torch-assoc": baseline}
+        methods = {"ours": ours, "ours+compile": ours_compiled}
+        methods.update({name: baseline(scan) for name, scan in self.scans.items()})
+        return methods
 
     def check(self, grads: dict[str, Any]) -> float:
         """max relative error of some gradients against a float64 loop over a few channels."""
@@ -176,7 +182,7 @@ class AffineProblem(Problem):
         self.C, self.L = (int(v) for v in size.lower().split("x"))
         self.name, self.text = f"affine {self.C}x{self.L}", AFFINE
         self.bytes_moved = 20 * self.C * self.L
-        self._assoc = _assoc(self.device)
+        self.scans = _baselines(self.device)
 
     def inputs(self) -> dict[str, Any]:
         import torch
@@ -190,8 +196,8 @@ class AffineProblem(Problem):
     def ours_forward(self, op: Any, xs: dict[str, Any]) -> Any:
         return op(**xs)
 
-    def baseline_forward(self, xs: dict[str, Any]) -> Any:
-        return self._assoc(xs["a"], xs["b"])
+    def baseline_forward(self, xs: dict[str, Any], scan: Callable[[Any, Any], Any]) -> Any:
+        return scan(xs["a"], xs["b"])
 
     def check(self, grads: dict[str, Any]) -> float:
         import torch
@@ -214,7 +220,7 @@ class SelectiveProblem(Problem):
         self.b, self.d, self.n, self.L = (int(v) for v in size.lower().split("x"))
         self.name, self.text = f"selective {size}", ex.PRESETS["selective scan"]
         self.bytes_moved = 4 * (5 * self.b * self.d * self.L + 4 * self.b * self.n * self.L)
-        self._assoc = _assoc(self.device)
+        self.scans = _baselines(self.device)
 
     def inputs(self) -> dict[str, Any]:
         import torch
@@ -234,12 +240,12 @@ class SelectiveProblem(Problem):
     def ours_forward(self, op: Any, xs: dict[str, Any]) -> Any:
         return op(**xs)["y"]
 
-    def baseline_forward(self, xs: dict[str, Any]) -> Any:
+    def baseline_forward(self, xs: dict[str, Any], scan: Callable[[Any, Any], Any]) -> Any:
         import torch
 
         dt, x = xs["dt"][:, :, None, :], xs["x"][:, :, None, :]
         decay = torch.exp(dt * xs["A"][None, :, :, None])            # (b, d, n, L)
-        h = self._assoc(decay, dt * xs["B"] * x)
+        h = scan(decay, dt * xs["B"] * x)
         return (xs["C"] * h).sum(-2) + xs["D"][:, None] * xs["x"]
 
     def check(self, grads: dict[str, Any]) -> float:
@@ -309,14 +315,13 @@ def run_problem(p: Problem, reps_budget_ms: float) -> dict[str, Any]:
             record["methods"][name]["ms"] = t.median_ms
         copy = _copy_ms(p.bytes_moved, p.device)
         record["copy_ms"] = copy
-        ours = record["methods"].get("ours", {}).get("ms")
-        base = record["methods"].get("torch-assoc", {}).get("ms")
+        timed = {n: m["ms"] for n, m in record["methods"].items() if "ms" in m}
+        baselines = {n: t for n, t in timed.items() if n.startswith("torch-")}
         for name, m in record["methods"].items():
             if "ms" in m and copy:
                 m["share_of_copy"] = copy / m["ms"]
-            if "ms" in m and base and name != "torch-assoc":
-                m["speedup_vs_torch_assoc"] = base / m["ms"]
-        record["ours_vs_torch_assoc"] = (base / ours) if base and ours else None
+            if "ms" in m and not name.startswith("torch-"):
+                m["speedup"] = {b: t / m["ms"] for b, t in baselines.items()}
     return record
 
 
@@ -337,8 +342,8 @@ def _print(record: dict[str, Any], device: str) -> None:
             parts.append("FAILED: " + m["failed"])
         if "ms" in m:
             parts.append(f"{m['ms']:.4f} ms")
-            if "speedup_vs_torch_assoc" in m:
-                parts.append(f"{m['speedup_vs_torch_assoc']:.2f}x torch-assoc")
+            for b, ratio in m.get("speedup", {}).items():
+                parts.append(f"{ratio:.2f}x {b}")
             if "share_of_copy" in m:
                 parts.append(f"{m['share_of_copy']:.2f} of copy")
         elif device != "cuda":
