@@ -422,7 +422,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         record = run_problem(problem, args.budget_ms)
         _print(record, device)
-        failed |= any("failed" in m for m in record["methods"].values())
+        # a baseline with wrong gradients is reported; only ours failing fails the run
+        failed |= any("failed" in m for n, m in record["methods"].items()
+                      if not n.startswith("torch-"))
         records.append(record)
         if cuda:
             torch.cuda.empty_cache()
