@@ -29,8 +29,10 @@ from typing import Any
 
 from mlir.dialects import arith, func, gpu, memref
 from mlir.ir import (
+    ArrayAttr,
     Attribute,
     Context,
+    DictAttr,
     FunctionType,
     InsertionPoint,
     IntegerAttr,
@@ -261,6 +263,11 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                 if wg_types:
                     fn.attributes["workgroup_attributions"] = IntegerAttr.get(
                         _i64(), len(wg_types))
+                    # 16-byte aligned: LLVM merges neighbouring shared loads into vector
+                    # loads (ld.shared.v2), which fault on a 4-byte aligned buffer
+                    fn.attributes["workgroup_attrib_attrs"] = ArrayAttr.get([
+                        DictAttr.get({"llvm.align": IntegerAttr.get(_i64(), 16)})
+                        for _ in wg_types])
                 block = fn.body.blocks.append(*arg_types, *wg_types)
                 with InsertionPoint(block):
                     values = list(block.arguments)

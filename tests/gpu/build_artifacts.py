@@ -39,6 +39,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DEFAULT_OUT = HERE / "artifacts"
+#: options of the small-tile variants
+SMALL = {"block_size": 32, "elements_per_thread": 1, "chunk_tiles": 1}
 
 sys.path.insert(0, str(ROOT))
 
@@ -119,11 +121,18 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
         return {}, {"*": f"explorer.compile unavailable: {type(err).__name__}: {err}"}
     built: dict[str, object] = {}
     failed: dict[str, str] = {}
+    variants: list[tuple[str, str, dict[str, int]]] = [
+        (s, "", {}) for s in strategies or list(STRATEGIES)]
+    # the smallest tiles of each tree: one element per thread, 32 threads, one-tile chunks
+    # (every level of the block tree and the chunked scheme at small L)
+    variants += [(s, "-small", SMALL) for s in strategies or list(STRATEGIES)
+                 if s != "sequential"]
     for preset, text in PRESETS.items():
-        for strategy in strategies or list(STRATEGIES):
-            name = f"{re.sub(r'[^a-z0-9]+', '-', preset.lower()).strip('-')}-{strategy}"
+        for strategy, suffix, options in variants:
+            name = (f"{re.sub(r'[^a-z0-9]+', '-', preset.lower()).strip('-')}-{strategy}"
+                    f"{suffix}")
             try:
-                compiled = explorer.compile(text, target="cuda", strategy=strategy)
+                compiled = explorer.compile(text, target="cuda", strategy=strategy, **options)
                 compiled.save(out / name)
                 # the whole compiled record too: the explorer widget runs it on the GPU machine
                 compiled.dump(out / "compiled" / f"{name}.json.gz")

@@ -349,3 +349,19 @@ def test_unparsable_text_raises_compile_error() -> None:
     assert err == [""]
     assert info.value.pass_name == "parse" and info.value.reproducer is not None
     os.unlink(info.value.reproducer.ir_path)
+
+
+@pytest.mark.parametrize("strategy", ["blelloch", "kogge_stone", "sequential"])
+def test_shared_buffers_are_aligned_for_vector_access(strategy: str) -> None:
+    """LLVM merges neighbouring shared-memory loads into ld.shared.v2/v4: every shared buffer
+    is declared 16-byte aligned, or those loads fault (misaligned address) on the GPU."""
+    import re
+
+    import explorer as ex
+
+    c = ex.compile("h[t] = 0.9 * h[t-1] + x[t]", target="cuda", strategy=strategy,
+                   block_size=32, elements_per_thread=1, chunk_tiles=1)
+    decls = [line for line in (c.ptx or "").splitlines()
+             if re.match(r"\s*(\.extern\s+)?\.shared", line)]
+    assert decls
+    assert all(".align 16" in d for d in decls), decls
