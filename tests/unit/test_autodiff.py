@@ -523,3 +523,17 @@ def test_the_printer_spells_what_the_parser_reads():
 
         got = decompose(rec).A[0, 0]
         assert sympy.simplify(got - e) == 0, (e, text, got)
+
+
+def test_a_given_adjoint_compile_is_used_and_checked():
+    """``torch_op(compiled, adjoint=...)``: the adjoint compiled elsewhere (a record read without
+    MLIR on a GPU machine); one of another recurrence is refused."""
+    from explorer.torch_op import torch_op
+
+    text = ex.PRESETS["gated EMA"]
+    c = _compile(text, SEQUENTIAL)
+    adjoint = ex.grad(text).compile(target="cpu", strategy="sequential", block_size=32)
+    op = torch_op(c, adjoint=adjoint)
+    assert op._compiles[("adjoint", "cpu")] is adjoint
+    with pytest.raises(ValueError, match="adjoint"):
+        torch_op(c, adjoint=c)
