@@ -134,9 +134,11 @@ def _result_kind(arrays: Mapping[str, Any]) -> tuple[str, Any]:
 
 def check_array_dtype(name: str, x: Any, cast: bool) -> None:
     """Refuse, before anything is copied or launched, an array the kernel cannot take."""
-    if isinstance(x, np.generic) or not hasattr(x, "dtype"):
-        # a number (Python, NumPy) becomes a float32 parameter; the shared rule of the shapes
-        # refuses bools, complex numbers, text, None and what is neither number nor array
+    if (isinstance(x, np.generic) or not hasattr(x, "dtype")
+            or (isinstance(x, np.ndarray) and x.ndim == 0)):
+        # a number (Python, NumPy, a 0-d array) becomes a float32 parameter whatever its
+        # precision; the shared rule of the shapes refuses bools, complex numbers, text, None
+        # and what is neither number nor array
         check_dtype(name, as_array(name, x))
         return
     dtype = x.dtype

@@ -380,6 +380,10 @@ def test_the_cuda_launcher_checks_numbers_with_the_same_rule(tmp_path):
     x = np.ones((2, 5), np.float32)
     specs = kernel.check(x=x, gamma=0.9, h0=np.float64(0.5))
     assert [s.name for s in specs] == ["x", "gamma", "h0"]
+    for number in (1, np.float32(0.9), np.array(0.9), np.array(0.9, np.float32), np.int64(1)):
+        kernel.check(x=x, gamma=number, h0=number)   # any precision: a number is a number
+    with pytest.raises(ex.RecurrenceError, match="float64"):
+        kernel.check(x=x, gamma=np.full(2, 0.9))      # an array keeps the dtype rule
     for value, words in ((True, "is a bool"), ("0.9", "is text"), (None, "is None"),
                          (1e300, "beyond float32's range"), (0.9j, "is complex")):
         with pytest.raises(ex.RecurrenceError, match=words):
