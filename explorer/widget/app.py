@@ -329,7 +329,9 @@ class Explorer(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The live widget, plus the compile as saved output (explorer.widget.bundle) that the
-        JupyterLab extension draws without a kernel, and HTML for GitHub and nbviewer."""
+        JupyterLab extension draws without a kernel, and HTML for GitHub and nbviewer. The saved
+        output is built once per compile (and its timing part once per set of measurements), so
+        displaying the explorer again costs nothing."""
         data = super()._repr_mimebundle_(**kwargs)
         if self.compiled is None or not isinstance(data, dict):
             return data

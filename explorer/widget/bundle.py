@@ -7,46 +7,70 @@ the recurrence and the plan as SVG, the last run's measurements). The JupyterLab
 saved notebook opened with no kernel. A ``text/html`` fallback beside it stays readable where the
 extension is absent (GitHub, nbviewer), and :func:`snapshot` writes the same as one HTML file.
 
-The bundle's layout (``format`` ``scanweaver-compile/1``; the extension's ``src/bundle.ts`` reads
+The bundle's layout (``format`` ``scanweaver-compile/2``; the extension's ``src/bundle.ts`` reads
 it)::
 
     recurrence, strategy, target, options, explorer_version
     stages:   [{name, kind, seconds, text} | {name, kind, seconds, pass: i}]
     pass_input: the stage the passes start from
-    passes:   [{name, seconds, changed, pipeline, edits: [[keep, drop, [inserted lines]], ...]}]
+    passes:   [{name, seconds, changed, pipeline, edits: [[keep, drop, [inserted lines]], ...],
+                base?: j} | {name, seconds, changed, pipeline, omitted: {lines, chars}}]
     ptx_info, graphs: {stage name: svg}, measurements: [{name, length, channels, seconds, bytes,
     device, kind, status}] | null,
     locations: {term "line:col": {pass name | "ptx": [line, ...]}} | null   (lines from 0)
     terms:    [{term "line:col", kind: statement | name, name, line, col, end_col}]
               (where each located term stands in the recurrence text: line from 1, columns
               from 0, end exclusive)
+    packed?:  {encoding: "gzip+base64", data}: the stages' texts and the passes' edits, moved
+              out of the records above into one compressed JSON {stages: {name: text},
+              edits: [edits | null per pass]}
 
-The IR after each pass is stored as line edits against the IR before it, and a stage whose text is
-a pass's IR names the pass: the whole record is about a third of the texts it holds.
-``locations`` is the compiler's own record (``Compiled.term_lines``), stored as it is, for linking
-each recurrence term to the lines it became; ``terms`` says where each of its terms is written
-(the parser's spans), so the extension marks exactly those characters.
+The IR after each pass is stored as line edits against the IR before it (or, after a pass whose IR
+was left out, against the IR of pass ``base``), and a stage whose text is a pass's IR names the
+pass. In a notebook (:func:`mime_bundle`) the texts are packed, which makes the record about a
+twelfth of the texts it holds, and the IR of passes past :data:`PASS_IR_BUDGET` is left out (the
+passes that carry locations are always kept); :func:`snapshot` keeps everything. The mime bundle
+of a compile is built once and cached (:class:`SavedRecord`); new measurements only redo their
+own part. ``locations`` is the compiler's own record (``Compiled.term_lines``), stored as it is,
+for linking each recurrence term to the lines it became; ``terms`` says where each of its terms
+is written (the parser's spans), so the extension marks exactly those characters.
 """
 
 from __future__ import annotations
 
+import base64
 import difflib
+import functools
+import gzip
 import html
+import json
 import math
 import os
+import threading
+import weakref
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from explorer import __version__
 
 MIME_TYPE = "application/vnd.scanweaver.compile+json"
-FORMAT = "scanweaver-compile/1"
+FORMAT = "scanweaver-compile/2"
+PACKING = "gzip+base64"
 
 #: lines of each code block in the in-notebook HTML fallback (the snapshot keeps every line)
-FALLBACK_LINES = 200
+FALLBACK_LINES = 100
 #: lines of each pass's diff in the in-notebook HTML fallback
-FALLBACK_DIFF_LINES = 120
+FALLBACK_DIFF_LINES = 30
+#: characters of one line in the in-notebook HTML fallback (the gpu.binary op holds the whole
+#: PTX in one line of about 100 kB)
+FALLBACK_LINE_CHARS = 300
+#: characters of pass IR (the lines each pass's edits insert, before packing) a notebook's saved
+#: output keeps; passes past it keep their name, time and size but not their IR. The presets'
+#: pipelines insert 1.2-1.5 MB (about 0.2 MB packed), so they keep every pass; a recurrence
+#: whose IR is ten times larger keeps its first passes and those with locations.
+PASS_IR_BUDGET = 4_000_000
 
 Edit = list[Any]  # [keep, drop, inserted lines]
 
@@ -60,14 +84,22 @@ def line_edits(before: str, after: str) -> list[Edit]:
     if before == after:
         return []
     old, new = before.split("\n"), after.split("\n")
+    # the common head and tail need no matching (passes often change one region)
+    head, shortest = 0, min(len(old), len(new))
+    while head < shortest and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < shortest - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
     edits: list[Edit] = []
     position = 0
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    matcher = difflib.SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail],
+                                      autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        edits.append([i1 - position, i2 - i1, new[j1:j2]])
-        position = i2
+        edits.append([head + i1 - position, i2 - i1, new[head + j1:head + j2]])
+        position = head + i2
     return edits
 
 
@@ -129,10 +161,22 @@ def measurement_records(measurements: Iterable[Any] | None) -> list[dict[str, An
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _svg(dot: str) -> str | None:
+    """``dot`` as SVG (kept: a compile shown twice draws its pictures once); None when it does
+    not parse. Raises GraphvizUnavailable without ``dot``."""
+    from explorer.widget.graphs import dot_to_svg
+
+    try:
+        return dot_to_svg(dot)
+    except ValueError:
+        return None
+
+
 def _graphs(compiled: Any) -> dict[str, str]:
     """SVG pictures: the recorded graphs of the stages and the affine form's transition graph
-    (none when Graphviz's ``dot`` is missing)."""
-    from explorer.widget.graphs import GraphvizUnavailable, dependence_dot, dot_to_svg
+    (none when Graphviz's ``dot`` is missing). Each ``dot`` runs in its own process, at once."""
+    from explorer.widget.graphs import GraphvizUnavailable, dependence_dot
 
     sources: dict[str, str] = {name: stage.dot for name, stage in compiled.stages.items()
                                if getattr(stage, "dot", None)}
@@ -142,20 +186,50 @@ def _graphs(compiled: Any) -> dict[str, str]:
             sources["affine"] = dependence_dot(form)
         except Exception:  # noqa: BLE001 - a picture is decoration; the text stays
             pass
-    out: dict[str, str] = {}
-    for name, dot in sources.items():
-        try:
-            out[name] = dot_to_svg(dot)
-        except GraphvizUnavailable:
-            return {}
-        except ValueError:
-            continue
+    if not sources:
+        return {}
+    try:
+        with ThreadPoolExecutor(max_workers=len(sources)) as pool:
+            drawn = dict(zip(sources, pool.map(_svg, sources.values())))
+    except GraphvizUnavailable:
+        return {}
+    return {name: svg for name, svg in drawn.items() if svg is not None}
+
+
+def _pass_records(compiled: Any, pass_input: str | None, locations: dict[str, Any] | None,
+                  ir_budget: int | None) -> list[dict[str, Any]]:
+    """A record per pass: its IR as edits against the last IR kept, or, past ``ir_budget``
+    characters of inserted lines, left out (the passes that carry locations are always kept)."""
+    located = {name for record in (locations or {}).values() for name in record}
+    kept = compiled.stages[pass_input].text if pass_input else ""
+    base = -1  # the pass whose IR is ``kept`` (-1: the input)
+    spent = 0
+    out = []
+    for index, p in enumerate(compiled.passes):
+        record: dict[str, Any] = {"name": p.name, "seconds": float(p.seconds or 0.0),
+                                  "changed": bool(p.changed),
+                                  "pipeline": getattr(p, "pipeline", "")}
+        edits = line_edits(kept, p.ir)
+        cost = sum(len(line) + 1 for _, _, insert in edits for line in insert)
+        if (ir_budget is not None and edits and spent + cost > ir_budget
+                and p.name not in located):
+            record["omitted"] = {"lines": p.ir.count("\n") + 1, "chars": len(p.ir)}
+        else:
+            record["edits"] = edits
+            if base != index - 1:
+                record["base"] = base
+            spent += cost
+            kept, base = p.ir, index
+        out.append(record)
     return out
 
 
 def compile_record(compiled: Any, measurements: Iterable[Any] | None = None,
-                   graphs: bool = True) -> dict[str, Any]:
-    """The ``application/vnd.scanweaver.compile+json`` record of ``compiled`` (JSON-ready)."""
+                   graphs: bool = True, ir_budget: int | None = None,
+                   ptx_info: Any = None) -> dict[str, Any]:
+    """The ``application/vnd.scanweaver.compile+json`` record of ``compiled`` (JSON-ready, texts
+    not packed). ``ir_budget``: characters of pass IR to keep (None: all). ``ptx_info``: a
+    function giving the ptxas report, for a caller that computes it elsewhere."""
     stages = list(compiled.stages.values())
     passes = list(compiled.passes)
     by_stage = _pass_stages(stages, passes)
@@ -173,14 +247,9 @@ def compile_record(compiled: Any, measurements: Iterable[Any] | None = None,
         else:
             record["text"] = stage.text
         stage_records.append(record)
-    previous = compiled.stages[pass_input].text if pass_input else ""
-    pass_records = []
-    for p in passes:
-        pass_records.append({"name": p.name, "seconds": float(p.seconds or 0.0),
-                             "changed": bool(p.changed), "pipeline": getattr(p, "pipeline", ""),
-                             "edits": line_edits(previous, p.ir)})
-        previous = p.ir
     locations = _locations(compiled)
+    pass_records = _pass_records(compiled, pass_input, locations, ir_budget)
+    pictures = _graphs(compiled) if graphs else {}
     return {
         "format": FORMAT,
         "explorer_version": __version__,
@@ -191,12 +260,44 @@ def compile_record(compiled: Any, measurements: Iterable[Any] | None = None,
         "stages": stage_records,
         "pass_input": pass_input,
         "passes": pass_records,
-        "ptx_info": compiled.ptx_info,
-        "graphs": _graphs(compiled) if graphs else {},
+        "ptx_info": ptx_info() if ptx_info is not None else compiled.ptx_info,
+        "graphs": pictures,
         "measurements": measurement_records(measurements),
         "locations": locations,
         "terms": term_records(compiled.recurrence, locations),
     }
+
+
+def pack(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its stage texts and pass edits moved into one compressed ``packed``
+    field (IR compresses about ten to one)."""
+    stages = {s["name"]: s["text"] for s in record["stages"] if "text" in s}
+    edits = [p.get("edits") for p in record["passes"]]
+    payload = json.dumps({"stages": stages, "edits": edits}, separators=(",", ":"))
+    data = base64.b64encode(gzip.compress(payload.encode("utf-8"), compresslevel=6, mtime=0))
+    out = dict(record)
+    out["stages"] = [{k: v for k, v in s.items() if k != "text"} for s in record["stages"]]
+    out["passes"] = [{k: v for k, v in p.items() if k != "edits"} for p in record["passes"]]
+    out["packed"] = {"encoding": PACKING, "data": data.decode("ascii")}
+    return out
+
+
+def unpack(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its texts back in place (a record that is not packed is returned as it
+    is)."""
+    packed = record.get("packed")
+    if not packed:
+        return record
+    if packed.get("encoding") != PACKING:
+        raise ValueError(f"unknown packing {packed.get('encoding')!r}")
+    payload = json.loads(gzip.decompress(base64.b64decode(packed["data"])).decode("utf-8"))
+    out = {k: v for k, v in record.items() if k != "packed"}
+    texts, edits = payload["stages"], payload["edits"]
+    out["stages"] = [{**s, "text": texts[s["name"]]} if s["name"] in texts else dict(s)
+                     for s in record["stages"]]
+    out["passes"] = [{**p, "edits": e} if e is not None else dict(p)
+                     for p, e in zip(record["passes"], edits)]
+    return out
 
 
 def _locations(compiled: Any) -> dict[str, dict[str, list[int]]] | None:
@@ -241,16 +342,83 @@ def term_records(recurrence: Any, locations: dict[str, Any] | None) -> list[dict
     return out
 
 
+class SavedRecord:
+    """The saved output of one compile, built once: the packed record and the HTML fallback
+    without timings. :meth:`mime_bundle` adds the measurements (and their part of the HTML),
+    again only when they changed. ptxas (for the PTX resources) runs while the rest is built."""
+
+    def __init__(self, compiled: Any) -> None:
+        report: dict[str, Any] = {}
+        # ptxas is a process of its own: let it run while Python builds the record
+        worker = threading.Thread(target=self._ptx_info, args=(compiled, report), daemon=True)
+        worker.start()
+
+        record = compile_record(compiled, None, ir_budget=PASS_IR_BUDGET,
+                                ptx_info=lambda: None)
+        self.summary = (f"ScanWeaver Explorer: {record['recurrence']} ({record['strategy']}, "
+                        f"{record['target']}; {len(record['stages'])} stages, "
+                        f"{len(record['passes'])} MLIR passes)")
+        body = _report_body(record, full=False, ptx_later=True)
+        worker.join()
+        if "error" in report:
+            raise report["error"]
+        record["ptx_info"] = report.get("info")
+        self.html_body = body.replace(_PTX_MARK, _ptx_info_html(record), 1)
+        self.record = pack(record)
+        self._last: tuple[str, dict[str, Any]] | None = None
+
+    @staticmethod
+    def _ptx_info(compiled: Any, report: dict[str, Any]) -> None:
+        try:
+            report["info"] = compiled.ptx_info
+        except BaseException as err:  # noqa: BLE001 - raised again by the thread that waits
+            report["error"] = err
+
+    def mime_bundle(self, measurements: Iterable[Any] | None = None) -> dict[str, Any]:
+        records = measurement_records(measurements)
+        key = json.dumps(records, sort_keys=True)
+        if self._last is None or self._last[0] != key:
+            bundle = {
+                MIME_TYPE: {**self.record, "measurements": records},
+                "text/html": self.html_body + _timing_html(records or []) + "</div>",
+                "text/plain": self.summary,
+            }
+            self._last = (key, bundle)
+        return self._last[1]
+
+
+#: SavedRecord of each compile still alive, by id (compiled results are not hashable)
+_SAVED: dict[int, tuple[weakref.ref[Any], SavedRecord]] = {}
+_SAVED_LOCK = threading.RLock()
+
+
+def saved_record(compiled: Any) -> SavedRecord:
+    """The :class:`SavedRecord` of ``compiled``, built on first use and kept while it lives."""
+    key = id(compiled)
+    with _SAVED_LOCK:
+        entry = _SAVED.get(key)
+        if entry is not None and entry[0]() is compiled:
+            return entry[1]
+    saved = SavedRecord(compiled)
+
+    def forget(dead: weakref.ref[Any]) -> None:
+        with _SAVED_LOCK:
+            if key in _SAVED and _SAVED[key][0] is dead:
+                del _SAVED[key]
+
+    try:
+        ref = weakref.ref(compiled, forget)
+    except TypeError:  # not weakly referable: not kept
+        return saved
+    with _SAVED_LOCK:
+        _SAVED[key] = (ref, saved)
+    return saved
+
+
 def mime_bundle(compiled: Any, measurements: Iterable[Any] | None = None) -> dict[str, Any]:
-    """The mime bundle a notebook stores: the record, an HTML fallback and a line of text."""
-    record = compile_record(compiled, measurements)
-    return {
-        MIME_TYPE: record,
-        "text/html": report_html(record, full=False),
-        "text/plain": (f"ScanWeaver Explorer: {record['recurrence']} ({record['strategy']}, "
-                       f"{record['target']}; {len(record['stages'])} stages, "
-                       f"{len(record['passes'])} MLIR passes)"),
-    }
+    """The mime bundle a notebook stores: the packed record, an HTML fallback and a line of text
+    (built once per compile: see :class:`SavedRecord`)."""
+    return saved_record(compiled).mime_bundle(measurements)
 
 
 class SavedOutput:
@@ -303,15 +471,19 @@ def _seconds(seconds: float | None) -> str:
 
 
 def _clip(text: str, lines: int | None) -> tuple[str, str]:
-    """The first ``lines`` lines of ``text`` and a note saying what was left out."""
+    """The first ``lines`` lines of ``text``, each cut at :data:`FALLBACK_LINE_CHARS`
+    characters, and a note saying what was left out."""
     if lines is None:
         return text, ""
     all_lines = text.split("\n")
+    shown = [line if len(line) <= FALLBACK_LINE_CHARS else
+             f"{line[:FALLBACK_LINE_CHARS]} … ({len(line)} characters)"
+             for line in all_lines[:lines]]
     if len(all_lines) <= lines:
-        return text, ""
+        return "\n".join(shown), ""
     note = (f"<div class='sw-note'>The first {lines} of {len(all_lines)} lines; the saved output "
             "(with the JupyterLab extension) and the snapshot file hold all of them.</div>")
-    return "\n".join(all_lines[:lines]), note
+    return "\n".join(shown), note
 
 
 def _code(text: str, language: str | None, lines: int | None) -> str:
@@ -322,23 +494,62 @@ def _code(text: str, language: str | None, lines: int | None) -> str:
     return body + note
 
 
-def _diff_text(before: str, edits: Sequence[Edit], name: str) -> str:
-    from explorer.widget.highlight import unified_diff
+def edits_diff(before: Sequence[str], edits: Sequence[Edit], before_name: str,
+               after_name: str, context: int = 3, limit: int | None = None) -> str:
+    """The unified diff that ``edits`` make to the lines ``before``, read from the edits (no diff
+    is computed again; the extension's ``src/diff.ts`` does the same). ``limit``: stop after
+    about that many lines. Empty when the edits change nothing."""
+    changes = []  # (start in before, lines dropped, lines inserted)
+    position = 0
+    for keep, drop, insert in edits:
+        position += keep
+        if drop or insert:
+            changes.append((position, drop, insert))
+        position += drop
+    out = [f"--- {before_name}", f"+++ {after_name}"] if changes else []
+    shift = 0  # lines after minus lines before, up to the hunk
+    i = 0
+    while i < len(changes) and (limit is None or len(out) < limit):
+        j = i
+        while (j + 1 < len(changes)
+               and changes[j + 1][0] - (changes[j][0] + changes[j][1]) <= 2 * context):
+            j += 1
+        old_from = max(0, changes[i][0] - context)
+        old_to = min(len(before), changes[j][0] + changes[j][1] + context)
+        body: list[str] = []
+        cursor = old_from
+        added = removed = 0
+        for start, drop, insert in changes[i:j + 1]:
+            body += [" " + line for line in before[cursor:start]]
+            body += ["-" + line for line in before[start:start + drop]]
+            body += ["+" + line for line in insert]
+            cursor = start + drop
+            added, removed = added + len(insert), removed + drop
+        body += [" " + line for line in before[cursor:old_to]]
+        old_count = old_to - old_from
+        new_count = old_count + added - removed
+        out.append(f"@@ -{old_from + 1},{old_count} +{old_from + shift + 1},{new_count} @@")
+        out += body
+        shift += added - removed
+        i = j + 1
+    return "".join(line + "\n" for line in out)
 
-    return unified_diff(before, apply_edits(before, edits), "before", f"after {name}")
 
-
-def _stage_texts(record: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
-    """Every stage's text and the IR after each pass, decoded from the record."""
+def _stage_texts(record: dict[str, Any]) -> tuple[dict[str, str], list[str | None]]:
+    """Every stage's text and the IR after each pass (None where it was left out), decoded from
+    the record."""
+    record = unpack(record)
     texts = {s["name"]: s["text"] for s in record["stages"] if "text" in s}
-    irs: list[str] = []
-    previous = texts.get(record.get("pass_input") or "", "")
-    for p in record["passes"]:
-        previous = apply_edits(previous, p["edits"])
-        irs.append(previous)
+    start = texts.get(record.get("pass_input") or "", "")
+    irs: list[str | None] = []
+    for index, p in enumerate(record["passes"]):
+        base = p.get("base", index - 1)
+        before = start if base < 0 else irs[base]
+        irs.append(apply_edits(before, p["edits"])
+                   if "edits" in p and before is not None else None)
     for s in record["stages"]:
-        if "pass" in s:
-            texts[s["name"]] = irs[s["pass"]]
+        if "pass" in s and irs[s["pass"]] is not None:
+            texts[s["name"]] = irs[s["pass"]] or ""
     return texts, irs
 
 
@@ -419,6 +630,18 @@ def report_html(record: dict[str, Any], full: bool = True) -> str:
     """The record as HTML needing no script: every stage, each pass with its diff, the pictures,
     the PTX resources and the timings. ``full=False`` (the notebook fallback) shows the first
     lines of each long text only."""
+    record = unpack(record)
+    return (_report_body(record, full) + _timing_html(record.get("measurements") or [])
+            + "</div>")
+
+
+#: where the PTX resources go in a body built before ptxas answered
+_PTX_MARK = "<!--sw-ptx-info-->"
+
+
+def _report_body(record: dict[str, Any], full: bool, ptx_later: bool = False) -> str:
+    """The report without its timings and closing tag (``ptx_later``: with :data:`_PTX_MARK`
+    where the PTX resources go)."""
     from explorer.widget.highlight import style_sheet
 
     lines = None if full else FALLBACK_LINES
@@ -447,7 +670,7 @@ def report_html(record: dict[str, Any], full: bool = True) -> str:
         parts.append(f"<h3>{esc(title)}</h3><div class='sw-note'>{count} lines, stage time "
                      f"{_seconds(stage['seconds'])}</div>")
         if name == "ptx":
-            parts.append(_ptx_info_html(record))
+            parts.append(_PTX_MARK if ptx_later else _ptx_info_html(record))
         if name in graphs:
             parts.append(f"<div class='sw-graph'>{graphs[name]}</div>")
         code = _code(text, _LANGUAGE.get(stage["kind"]), lines)
@@ -458,8 +681,13 @@ def report_html(record: dict[str, Any], full: bool = True) -> str:
             parts.append(code)
         if name == pass_input and record["passes"]:
             parts.append(_passes_html(record, texts.get(name, ""), irs, diff_lines, lines))
-    measurements = record.get("measurements") or []
-    parts.append("<h3>Timing</h3>")
+    return "".join(parts)
+
+
+def _timing_html(measurements: Sequence[dict[str, Any]]) -> str:
+    """The timing plot and table of the report."""
+    esc = html.escape
+    parts = ["<h3>Timing</h3>"]
     svg = plot_svg(measurements) if measurements else None
     if svg is None:
         parts.append("<div class='sw-note'>No measurements were saved with this compile.</div>")
@@ -474,7 +702,6 @@ def report_html(record: dict[str, Any], full: bool = True) -> str:
         parts.append("<details><summary>measurements</summary><table><tr><th>method</th>"
                      "<th>channels</th><th>L</th><th>time</th><th>GB/s</th><th>device</th>"
                      f"<th>status</th></tr>{rows}</table></details>")
-    parts.append("</div>")
     return "".join(parts)
 
 
@@ -498,27 +725,37 @@ def _ptx_info_html(record: dict[str, Any]) -> str:
     return f"<div>ptxas {chip}, kernel <code>{kernel}</code>: {badges}</div>{other}"
 
 
-def _passes_html(record: dict[str, Any], start: str, irs: list[str], diff_lines: int | None,
-                 lines: int | None) -> str:
+def _passes_html(record: dict[str, Any], start: str, irs: list[str | None],
+                 diff_lines: int | None, lines: int | None) -> str:
     """The pass list: a row per pass with its time, and its diff against the pass before."""
     out = ["<h3>MLIR passes</h3><div class='sw-note'>Each pass with the diff of the IR it "
            "produced against the IR before it.</div>"]
-    previous = start
     for index, p in enumerate(record["passes"]):
-        diff = _diff_text(previous, p["edits"], p["name"]) if p["edits"] else ""
-        added = sum(1 for line in diff.splitlines()
-                    if line.startswith("+") and not line.startswith("+++"))
-        removed = sum(1 for line in diff.splitlines()
-                      if line.startswith("-") and not line.startswith("---"))
-        change = f"+{added} −{removed} lines" if diff else "changed nothing"
-        summary = (f"{index + 1}. {html.escape(p['name'])} ({_seconds(p['seconds'])}, "
-                   f"{change})")
+        base = p.get("base", index - 1)
+        name = html.escape(p["name"])
+        if "edits" not in p:
+            size = p.get("omitted") or {}
+            out.append(f"<details><summary>{index + 1}. {name} ({_seconds(p['seconds'])}, "
+                       f"IR not saved)</summary><div class='sw-note'>The IR after this pass "
+                       f"({size.get('lines', '?')} lines) was left out to keep the notebook "
+                       "small; Explorer.snapshot(path) keeps every pass.</div></details>")
+            continue
+        before_text = start if base < 0 else irs[base] or ""
+        edits = p["edits"]
+        added = sum(len(insert) for _, _, insert in edits)
+        removed = sum(drop for _, drop, _ in edits)
+        against = "before" if base == index - 1 else (
+            "the input" if base < 0 else f"after pass {base + 1} (the IR between was not saved)")
+        diff = edits_diff(before_text.split("\n"), edits, against, f"after {p['name']}",
+                          limit=diff_lines)
+        change = f"+{added} −{removed} lines" if edits else "changed nothing"
+        summary = f"{index + 1}. {name} ({_seconds(p['seconds'])}, {change})"
         body = _code(diff, "diff", diff_lines) if diff else ""
         out.append(f"<details><summary>{summary}</summary>{body}</details>")
-        previous = irs[index]
-    if irs:
-        out.append("<details><summary>IR after the last pass</summary>"
-                   f"{_code(irs[-1], 'mlir', lines)}</details>")
+    last = next((ir for ir in reversed(irs) if ir is not None), None)
+    if last is not None:
+        out.append("<details><summary>IR after the last pass saved</summary>"
+                   f"{_code(last, 'mlir', lines)}</details>")
     return "".join(out)
 
 

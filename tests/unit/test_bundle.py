@@ -25,6 +25,30 @@ def test_line_edits_rebuild_the_text_after(before: list[str], after: list[str]) 
     assert (edits == []) == (old == new)
 
 
+@given(LINES, LINES)
+def test_diffs_read_from_the_edits_hold_both_texts(before: list[str], after: list[str]) -> None:
+    edits = B.line_edits("\n".join(before), "\n".join(after))
+    old = "\n".join(before).split("\n")
+    whole = B.edits_diff(old, edits, "a", "b", context=10 ** 6).splitlines()
+    if not edits:
+        assert whole == []
+        return
+    body = [line for line in whole[2:] if not line.startswith("@@")]
+    assert [line[1:] for line in body if line[0] in " -"] == old
+    assert [line[1:] for line in body if line[0] in " +"] == "\n".join(after).split("\n")
+
+
+def test_diffs_read_from_the_edits_are_unified_diffs() -> None:
+    from explorer.widget.highlight import unified_diff
+
+    old = "\n".join(f"line {i}" for i in range(40))
+    new = old.replace("line 3\n", "line three\n").replace("line 30\n", "")
+    edits = B.line_edits(old, new)
+    assert B.edits_diff(old.split("\n"), edits, "before", "after") == unified_diff(
+        old, new, "before", "after")
+    assert len(B.edits_diff(old.split("\n"), edits, "a", "b", limit=5).splitlines()) < 14
+
+
 def test_measurements_from_the_run_panel_the_bench_and_dicts() -> None:
     from explorer.widget.run import Measurement
 
@@ -159,6 +183,53 @@ def test_snapshot_is_one_self_contained_file(compiled: Any, measurements: Any,
     last_ptx_line = compiled.stages["ptx"].text.strip().splitlines()[-1]
     assert last_ptx_line.strip() in re.sub(r"<[^>]+>", "", page)
     assert "The first" not in page
+
+
+def test_notebook_record_is_packed_and_built_once(compiled: Any, measurements: Any) -> None:
+    first = B.mime_bundle(compiled)
+    record = first[B.MIME_TYPE]
+    assert record["packed"]["encoding"] == B.PACKING
+    assert all("text" not in s for s in record["stages"])
+    assert all("edits" not in p for p in record["passes"])
+    # everything comes back, as compile_record gives it
+    plain = B.compile_record(compiled)
+    unpacked = B.unpack(record)
+    for key in ("stages", "passes", "locations", "terms", "ptx_info", "pass_input"):
+        assert unpacked[key] == plain[key], key
+    # packed, the record is a small part of the texts it holds
+    texts = sum(len(s.text) for s in compiled.stages.values())
+    assert len(json.dumps(record)) < 0.25 * texts
+    # built once per compile: a second display costs nothing, and new measurements redo only
+    # their own part
+    assert B.mime_bundle(compiled) is first
+    timed = B.mime_bundle(compiled, measurements)
+    assert timed[B.MIME_TYPE]["packed"] is record["packed"]
+    assert len(timed[B.MIME_TYPE]["measurements"]) == len(measurements)
+    assert "<polyline" in timed["text/html"] and "<polyline" not in first["text/html"]
+    assert B.mime_bundle(compiled, list(measurements)) is timed
+
+
+def test_passes_past_the_budget_keep_no_ir(compiled: Any) -> None:
+    located = {name for record in compiled.term_lines().values() for name in record}
+    record = B.compile_record(compiled, graphs=False, ir_budget=20_000)
+    omitted = [p["name"] for p in record["passes"] if "omitted" in p]
+    assert omitted and not set(omitted) & located
+    texts, irs = B._stage_texts(B.pack(record))
+    for p, stored, ir in zip(compiled.passes, record["passes"], irs):
+        if "omitted" in stored:
+            assert ir is None and stored["omitted"]["chars"] == len(p.ir)
+        else:
+            assert ir == p.ir  # edits against the last IR kept (`base`) rebuild it
+    assert any("base" in p for p in record["passes"])
+    page = B.report_html(record, full=False)
+    assert "IR not saved" in page and "Explorer.snapshot(path) keeps every pass" in page
+
+
+def test_fallback_cuts_long_lines() -> None:
+    text, note = B._clip("short\n" + "x" * 5000, 10)
+    assert note == "" and text.startswith("short\n") and text.endswith("(5000 characters)")
+    assert len(text) < B.FALLBACK_LINE_CHARS + 50
+    assert B._clip("x" * 5000, None) == ("x" * 5000, "")
 
 
 def test_explorer_displays_its_saved_output_and_writes_a_snapshot(tmp_path: Path) -> None:

@@ -3,14 +3,19 @@
  * `application/vnd.scanweaver.compile+json`. The renderer only reads it; it recomputes nothing.
  *
  * To keep notebooks small, the IR after each pass is stored as edits against the IR before it
- * (`passes[i].edits`); the IR before the first pass is the stage named `pass_input`. A stage
- * whose text is a pass's IR names that pass (`pass`) instead of repeating the text.
+ * (`passes[i].edits`; after a pass whose IR was left out, against the IR after pass `base`); the
+ * IR before the first pass is the stage named `pass_input`. A stage whose text is a pass's IR
+ * names that pass (`pass`) instead of repeating the text. A notebook's bundle carries the stage
+ * texts and the edits compressed in `packed` ({@link unpackBundle} puts them back), and passes
+ * past a size budget carry no IR (`omitted`).
  */
 
 import type { TermRecord } from './locations';
 
 export const MIME_TYPE = 'application/vnd.scanweaver.compile+json';
-export const FORMAT = 'scanweaver-compile/1';
+/** The format written now; bundles of format 1 (texts not packed) read the same. */
+export const FORMAT = 'scanweaver-compile/2';
+export const PACKING = 'gzip+base64';
 
 /** Copy `keep` lines of the text before, skip the next `drop`, then insert `insert`. */
 export type Edit = [keep: number, drop: number, insert: string[]];
@@ -30,7 +35,12 @@ export interface PassRecord {
   seconds: number;
   changed: boolean;
   pipeline?: string;
-  edits: Edit[];
+  /** the edits that make the IR after this pass (absent: its IR was not saved) */
+  edits?: Edit[];
+  /** the pass whose IR `edits` apply to (-1: the input); absent: the pass before */
+  base?: number;
+  /** the size of the IR that was left out */
+  omitted?: { lines: number; chars: number };
 }
 
 export interface Measurement {
@@ -68,6 +78,45 @@ export interface CompileBundle {
   locations?: Record<string, Record<string, number[]>> | null;
   /** where each located term is written in `recurrence` (the parser's spans) */
   terms?: TermRecord[] | null;
+  /** the stage texts and pass edits, as gzip-compressed JSON in base64 */
+  packed?: { encoding: string; data: string } | null;
+}
+
+/** What `packed` holds: every stage text by name, and each pass's edits (null: not saved). */
+interface PackedTexts {
+  stages: Record<string, string>;
+  edits: (Edit[] | null)[];
+}
+
+function base64Bytes(data: string): Uint8Array {
+  const binary = atob(data);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) {
+    bytes[i] = binary.charCodeAt(i);
+  }
+  return bytes;
+}
+
+/** The bundle with its packed texts back in their records (a bundle not packed as it is). */
+export async function unpackBundle(bundle: CompileBundle): Promise<CompileBundle> {
+  const packed = bundle.packed;
+  if (!packed) {
+    return bundle;
+  }
+  if (packed.encoding !== PACKING) {
+    throw new Error(`unknown packing ${String(packed.encoding)}`);
+  }
+  const stream = new Blob([base64Bytes(packed.data)]).stream().pipeThrough(new DecompressionStream('gzip'));
+  const texts = JSON.parse(await new Response(stream).text()) as PackedTexts;
+  return {
+    ...bundle,
+    packed: null,
+    stages: bundle.stages.map(s => (s.name in texts.stages ? { ...s, text: texts.stages[s.name] } : s)),
+    passes: bundle.passes.map((p, i) => {
+      const edits = texts.edits[i];
+      return edits ? { ...p, edits } : p;
+    })
+  };
 }
 
 /** Apply `edits` to the lines of the text before a pass; returns the lines after it. */
@@ -92,17 +141,20 @@ export function applyEdits(before: readonly string[], edits: readonly Edit[]): s
 /** The texts of a bundle, decoded once: every stage's text and the IR around every pass. */
 export class DecodedBundle {
   readonly bundle: CompileBundle;
-  /** IR before the first pass, then the IR after each pass: `passLines[i + 1]` is after pass i */
-  private readonly passLines: string[][];
+  /**
+   * IR before the first pass, then the IR after each pass: `passLines[i + 1]` is after pass i
+   * (null where it was not saved)
+   */
+  private readonly passLines: (string[] | null)[];
 
   constructor(bundle: CompileBundle) {
     this.bundle = bundle;
     const input = bundle.pass_input ? this.stageText(bundle.pass_input) ?? '' : '';
     this.passLines = [input.split('\n')];
-    for (const record of bundle.passes) {
-      const before = this.passLines[this.passLines.length - 1];
-      this.passLines.push(applyEdits(before, record.edits));
-    }
+    bundle.passes.forEach((record, index) => {
+      const before = this.passLines[(record.base ?? index - 1) + 1] ?? null;
+      this.passLines.push(record.edits && before ? applyEdits(before, record.edits) : null);
+    });
   }
 
   /** The stage record called `name`. */
@@ -120,18 +172,19 @@ export class DecodedBundle {
       return record.text;
     }
     if (record.pass !== undefined && this.passLines && record.pass + 1 < this.passLines.length) {
-      return this.passLines[record.pass + 1].join('\n');
+      return this.passLines[record.pass + 1]?.join('\n');
     }
     return undefined;
   }
 
-  /** The IR after pass `index` (`index = -1`: the IR the passes start from). */
-  irAfter(index: number): string {
-    return this.passLines[index + 1].join('\n');
+  /** The IR after pass `index` (`index = -1`: the IR the passes start from); null: not saved. */
+  irAfter(index: number): string | null {
+    return this.passLines[index + 1]?.join('\n') ?? null;
   }
 
-  /** Lines of the IR before pass `index`. */
-  linesBefore(index: number): string[] {
-    return this.passLines[index];
+  /** Lines of the IR the edits of pass `index` apply to (the IR before it, or after its `base`). */
+  linesBefore(index: number): string[] | null {
+    const base = this.bundle.passes[index]?.base ?? index - 1;
+    return this.passLines[base + 1] ?? null;
   }
 }

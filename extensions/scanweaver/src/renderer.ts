@@ -9,7 +9,7 @@
 import { Widget } from '@lumino/widgets';
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 
-import { CompileBundle, DecodedBundle, MIME_TYPE } from './bundle';
+import { CompileBundle, DecodedBundle, MIME_TYPE, unpackBundle } from './bundle';
 import { diffStats, unifiedDiff } from './diff';
 import { renderCode } from './highlight';
 import { findLanguage, recurrence as recurrenceParser } from './languages';
@@ -328,16 +328,28 @@ export class PassStepper {
     const name = this.index === -1 ? null : passes[this.index].name;
     this.showLinks(name);
     if (this.index === -1) {
-      const text = this.data.irAfter(-1);
+      const text = this.data.irAfter(-1) ?? '';
       this.info.textContent = `the IR the passes start from (${text.split('\n').length} lines); step with next ▶`;
       this.showCode(renderCode(text, mlir), name);
       return;
     }
     const record = passes[this.index];
-    const diff = unifiedDiff(this.data.linesBefore(this.index), record.edits);
-    const { added, removed } = diffStats(diff);
     const after = this.data.irAfter(this.index);
-    const change = record.changed ? `+${added} −${removed} lines` : 'changed nothing';
+    const before = this.data.linesBefore(this.index);
+    const base = record.base ?? this.index - 1;
+    if (after === null || !record.edits || before === null) {
+      const size = record.omitted ? ` (${record.omitted.lines} lines)` : '';
+      this.info.textContent =
+        `pass ${this.index + 1} of ${passes.length}: ${record.name}, ${formatSeconds(record.seconds)}; ` +
+        `the IR after it${size} was not saved, to keep the notebook small (Explorer.snapshot(path) ` +
+        'keeps every pass)';
+      this.showCode(el('pre', 'sw-code sw-omitted'), name);
+      return;
+    }
+    const diff = unifiedDiff(before, record.edits);
+    const { added, removed } = diffStats(diff);
+    const against = base === this.index - 1 ? '' : ` (against pass ${base + 1}: the IR between was not saved)`;
+    const change = record.changed ? `+${added} −${removed} lines${against}` : 'changed nothing';
     this.info.textContent =
       `pass ${this.index + 1} of ${passes.length}: ${record.name}, ${formatSeconds(record.seconds)}, ` +
       `${change}; ${after.split('\n').length} lines after it`;
@@ -350,6 +362,7 @@ export class PassStepper {
     }
     if (diff.length === 0) {
       this.code.appendChild(el('div', 'sw-info', 'This pass left the IR as it was.'));
+      this.linker?.setPass(name);
       this.linker?.attach('mlir', el('pre'), null);
       return;
     }
@@ -417,15 +430,14 @@ export class CompileRenderer extends Widget implements IRenderMime.IRenderer {
 
   readonly mimeType: string;
 
-  renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
     const bundle = model.data[this.mimeType ?? MIME_TYPE] as unknown as CompileBundle;
     this.node.replaceChildren();
     try {
-      this.node.appendChild(new CompileView(bundle).node);
+      this.node.appendChild(new CompileView(await unpackBundle(bundle)).node);
     } catch (err) {
       const box = el('pre', 'sw-error', `Could not show this explorer output: ${String(err)}`);
       this.node.appendChild(box);
     }
-    return Promise.resolve();
   }
 }

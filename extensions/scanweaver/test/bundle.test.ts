@@ -1,6 +1,7 @@
+import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 
-import { applyEdits, CompileBundle, DecodedBundle, Edit } from '../src/bundle';
+import { applyEdits, CompileBundle, DecodedBundle, Edit, PACKING, unpackBundle } from '../src/bundle';
 import { diffStats, unifiedDiff } from '../src/diff';
 import { niceStep, throughputPlot, toSeries } from '../src/plot';
 
@@ -56,6 +57,62 @@ describe('a decoded bundle', () => {
     expect(data.stageText('canonicalize')).toBe('one\nthree');
     expect(data.stageText('ptx')).toBe('ret;');
     expect(data.stageText('llvm')).toBeUndefined();
+  });
+});
+
+describe('a bundle with passes left out, packed', () => {
+  // pass 2 (after cse) was not saved; pass 3's edits apply to the IR after pass 1
+  const bundle: CompileBundle = {
+    format: 'scanweaver-compile/2',
+    recurrence: 'h[t] = a[t] * h[t-1] + b[t]',
+    strategy: 'blelloch',
+    target: 'cuda',
+    options: {},
+    stages: [
+      { name: 'mlir', kind: 'mlir', seconds: 0.1 },
+      { name: 'cse', kind: 'mlir', seconds: 0.01, pass: 0 },
+      { name: 'big', kind: 'mlir', seconds: 0.01, pass: 1 },
+      { name: 'lower', kind: 'mlir', seconds: 0.01, pass: 2 },
+      { name: 'ptx', kind: 'ptx', seconds: 0.05 }
+    ],
+    pass_input: 'mlir',
+    passes: [
+      { name: 'cse', seconds: 0.01, changed: true },
+      { name: 'big', seconds: 0.01, changed: true, omitted: { lines: 5000, chars: 400000 } },
+      { name: 'lower', seconds: 0.01, changed: true, base: 0 }
+    ],
+    packed: {
+      encoding: PACKING,
+      data: gzipSync(
+        JSON.stringify({
+          stages: { mlir: 'one\ntwo\nthree', ptx: 'ret;' },
+          edits: [[[1, 1, []]], null, [[1, 0, ['four']]]]
+        })
+      ).toString('base64')
+    }
+  };
+
+  it('unpacks its texts and edits', async () => {
+    const plain = await unpackBundle(bundle);
+    expect(plain.packed).toBeNull();
+    expect(plain.stages[0].text).toBe('one\ntwo\nthree');
+    expect(plain.stages[4].text).toBe('ret;');
+    expect(plain.stages[1].text).toBeUndefined();
+    expect(plain.passes.map(p => p.edits)).toEqual([[[1, 1, []]], undefined, [[1, 0, ['four']]]]);
+    // a bundle that is not packed comes back as it is
+    expect(await unpackBundle(plain)).toBe(plain);
+    await expect(unpackBundle({ ...bundle, packed: { encoding: 'zip', data: '' } })).rejects.toThrow('zip');
+  });
+
+  it('decodes around the pass left out', async () => {
+    const data = new DecodedBundle(await unpackBundle(bundle));
+    expect(data.irAfter(0)).toBe('one\nthree');
+    expect(data.irAfter(1)).toBeNull();
+    expect(data.stageText('big')).toBeUndefined();
+    expect(data.linesBefore(1)).toEqual(['one', 'three']);
+    expect(data.linesBefore(2)).toEqual(['one', 'three']); // its base, pass 1
+    expect(data.irAfter(2)).toBe('one\nfour\nthree');
+    expect(data.stageText('lower')).toBe('one\nfour\nthree');
   });
 });
 
