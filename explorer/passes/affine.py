@@ -32,21 +32,11 @@ from explorer.frontend.recurrence import (
     Unary,
     fold,
 )
+from explorer.passes.lanesum import LaneSum
+from explorer.passes.numeric import evaluate
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-
-class LaneSum(sympy.Function):
-    """sum over the state axis n (only in readouts of vector recurrences)."""
-
-    nargs = 1
-
-    def _latex(self, printer: sympy.printing.latex.LatexPrinter) -> str:
-        return r"\sum_{n} \left(" + printer._print(self.args[0]) + r"\right)"
-
-    def _sympystr(self, printer: sympy.printing.str.StrPrinter) -> str:
-        return f"sum({printer._print(self.args[0])})"
 
 
 def symbol(name: str) -> sympy.Symbol:
@@ -228,7 +218,6 @@ class AffineForm:
         ``env`` maps each input and parameter to an array broadcastable to
         ``shape = batch + (N, L)`` (see :func:`explorer.runtime.shapes.canonical_views`).
         """
-        from explorer.passes.numeric import evaluate
 
         S = self.size
         A = np.zeros((*shape[:-1], S, S, shape[-1]))

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import sympy
 
+from explorer.passes.lanesum import LaneSum
+
 _FUNCS: dict[type, Callable[[Any], Any]] = {
     sympy.exp: np.exp,
     sympy.log: np.log,
@@ -22,8 +24,6 @@ _FUNCS: dict[type, Callable[[Any], Any]] = {
 
 def evaluate(expr: sympy.Expr, env: Mapping[str, Any]) -> Any:
     """Evaluate ``expr`` with ``env`` mapping symbol names to arrays (or numbers)."""
-    from explorer.passes.affine import LaneSum
-
     if expr.is_Symbol:
         try:
             return env[expr.name]
