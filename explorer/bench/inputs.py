@@ -1,8 +1,11 @@
 """Random float32 inputs for any compiled kernel, in ranges where its recurrence is stable.
 
-The name that multiplies the state in the plain affine scan gets decays in (0.5, 1); Mamba's
-``dt`` (a step size) is positive and its ``A`` (decay rates) negative, so ``exp(dt * A) < 1``;
-everything else is standard normal (half that for parameters).
+A name that is a whole entry of the transition ``A_t`` of the recurrence's affine form (the ``a``
+of ``h[t] = a[t] * h[t-1] + b[t]``, a parameter decay ``g * h[t-1]``, the coefficients of a
+second-order recurrence) gets decays in (0.5, 1) divided by the number of nonzero entries in its
+row, so that the state stays bounded over any length; Mamba's ``dt`` (a step size) is positive and
+its ``A`` (decay rates) negative, so ``exp(dt * A) < 1``; everything else is standard normal (half
+that for parameters).
 """
 
 from __future__ import annotations
@@ -11,13 +14,29 @@ from typing import Any
 
 import numpy as np
 
-from explorer.bench.affine import affine_roles
+
+def decay_bounds(recurrence: str) -> dict[str, float]:
+    """For each name that is a whole entry of ``A_t`` in the affine form of ``recurrence``, the
+    largest decay it may take: one over the number of nonzero entries of its row (the smallest
+    over the rows it appears in)."""
+    from explorer.frontend.recurrence import Recurrence
+    from explorer.passes.affine import decompose
+
+    form = decompose(Recurrence.parse(recurrence))
+    bounds: dict[str, float] = {}
+    for i in range(form.size):
+        row = [form.A[i, j] for j in range(form.size) if form.A[i, j] != 0]
+        for entry in row:
+            if entry.is_Symbol:
+                name = str(entry)
+                bounds[name] = min(bounds.get(name, 1.0), 1.0 / len(row))
+    return bounds
 
 
 def random_inputs(kernel: Any, C: int, L: int, N: int = 16, seed: int = 0) -> dict[str, Any]:
     """NumPy arrays for every input and parameter of ``kernel`` (a ``CudaKernel``)."""
     rng = np.random.default_rng(seed)
-    roles = affine_roles(kernel.artifact.recurrence)
+    decays = decay_bounds(kernel.artifact.recurrence)
     arrays: dict[str, Any] = {}
     for spec in kernel.specs:
         shape: tuple[int, ...] = (C,)
@@ -25,8 +44,8 @@ def random_inputs(kernel: Any, C: int, L: int, N: int = 16, seed: int = 0) -> di
             shape += (N,)
         if spec.timed:
             shape += (L,)
-        if roles is not None and spec.name == roles[1]:
-            value = 0.5 + 0.5 * rng.random(shape)
+        if spec.name in decays:
+            value = decays[spec.name] * (0.5 + 0.5 * rng.random(shape))
         elif spec.name == "dt":
             value = rng.uniform(0.01, 0.2, shape)
         elif spec.name == "A":

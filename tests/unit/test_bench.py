@@ -287,8 +287,9 @@ def _artifact(tmp_path: Path, text: str, **options: Any) -> Any:
 
 @pytest.mark.parametrize("text", [
     "h[t] = 0.9 * h[t-1] + 1",            # no array at all
-    "h[t] = a * h[t-1] + 1",              # a parameter, nothing indexed by time
+    "h[t] = a * h[t-1] + 1",              # a parameter decay, nothing indexed by time
     "h[t] = a[t] * h[t-1] + b[t]\ny[t] = 2 * h[t]",   # a readout: not the baselines' scan
+    "h[t] = a[t] * h[t-1] + c * h[t-2] + x[t]",      # second order: two decays in a row
 ])
 def test_general_problems_pass_the_length_when_no_input_is_timed(tmp_path: Path,
                                                                  text: str) -> None:
@@ -309,7 +310,17 @@ def test_general_problems_pass_the_length_when_no_input_is_timed(tmp_path: Path,
     outs = got if isinstance(got, dict) else {kernel.output_names[0]: got}
     for name, ref in g.refs.items():
         assert np.shape(ref)[-1] == L
+        assert np.all(np.isfinite(ref)) and np.abs(ref).max() < 1e3, name   # inputs stable
         assert max_rel_error(outs[name], ref) < 1e-5, name
+
+
+def test_decays_keep_every_state_bounded() -> None:
+    from explorer.bench.inputs import decay_bounds
+
+    assert decay_bounds("h[t] = a[t] * h[t-1] + b[t]") == {"a": 1.0}
+    assert decay_bounds("h[t] = g * h[t-1] + x[t]") == {"g": 1.0}
+    assert decay_bounds("h[t] = a[t] * h[t-1] + c * h[t-2] + x[t]") == {"a": 0.5, "c": 0.5}
+    assert decay_bounds("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + x[t]") == {}
 
 
 def test_a_reversed_recurrence_is_checked_against_the_flipped_reference(tmp_path: Path) -> None:
