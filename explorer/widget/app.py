@@ -54,6 +54,9 @@ _WIDGET_CSS = """
   padding: 6px 8px; margin: 2px 0; white-space: pre; overflow-x: auto; font-size: 12px; }
 .sw-recurrence textarea { font-family: var(--jp-code-font-family, monospace); font-size: 13px; }
 .sw-title { font-size: 15px; font-weight: 600; margin-bottom: 2px; }
+/* an HTML widget is a flex box: without this its content grows to the longest line of IR and
+   runs past the tab; with it, long lines scroll inside their frame */
+.sw-explorer .widget-html > .widget-html-content { min-width: 0; }
 </style>
 """
 
@@ -182,11 +185,11 @@ class Explorer(widgets.VBox):
                                       layout=widgets.Layout(width="170px"), style=style)
         self.chip = widgets.Dropdown(options=chips, value=chip, description="chip",
                                      layout=widgets.Layout(width="150px"), style=style)
-        self.reverse = widgets.Checkbox(value=reverse, description="reverse (scan backwards "
-                                        "in time)", indent=False,
-                                        tooltip="h[t] = A_t h[t+1] + b_t, the initial state "
-                                                "after the last step",
-                                        layout=widgets.Layout(width="230px"))
+        self.reverse = widgets.Checkbox(value=reverse, description="reverse in time",
+                                        indent=False,
+                                        tooltip="scan backwards: h[t] = A_t h[t+1] + b_t, the "
+                                                "initial state after the last step",
+                                        layout=widgets.Layout(width="150px"))
         self.reverse.add_class("sw-reverse")
         if len(dtypes) == 1:
             self.dtype.disabled = True

@@ -22,8 +22,9 @@ class GraphvizUnavailable(RuntimeError):
     """The Graphviz ``dot`` program is not installed (``apt-get install graphviz``)."""
 
 
-def dot_to_svg(dot: str) -> str:
-    """Render DOT source to an ``<svg>`` element that scales down to the width of its box.
+def dot_to_svg(dot: str, shrink: bool = True) -> str:
+    """Render DOT source to an ``<svg>`` element that scales down to the width of its box
+    (``shrink=False``: kept at its natural size, for a box that scrolls).
 
     Raises :class:`GraphvizUnavailable` when ``dot`` is missing and ``ValueError`` when the DOT
     source does not parse.
@@ -41,8 +42,9 @@ def dot_to_svg(dot: str) -> str:
     start = svg.find("<svg")
     svg = svg[start:] if start >= 0 else svg
     # Keep the natural size as the maximum, but let the picture shrink with the output area.
+    style = "max-width:100%;height:auto" if shrink else "max-width:none"
     svg = _SVG_SIZE.sub(
-        lambda m: (f'<svg style="max-width:100%;height:auto" width="{m.group(1)}pt" '
+        lambda m: (f'<svg style="{style}" width="{m.group(1)}pt" '
                    f'height="{m.group(2)}pt"'),
         svg,
         count=1,
@@ -50,11 +52,17 @@ def dot_to_svg(dot: str) -> str:
     return svg
 
 
-def svg_or_message(dot: str | None) -> str:
-    """HTML for a DOT graph: the SVG, or an explanation of why there is no picture."""
+def svg_or_message(dot: str | None, shrink: bool = True) -> str:
+    """HTML for a DOT graph: the SVG, or an explanation of why there is no picture.
+
+    ``shrink=False`` keeps the picture at its natural size in a box that scrolls sideways (a
+    scan tree over 64 threads is unreadable at the width of a notebook)."""
     if not dot:
         return "<i>No graph was recorded for this stage.</i>"
     try:
+        if not shrink:
+            return ("<div style='overflow-x:auto;max-width:100%'>"
+                    f"{dot_to_svg(dot, shrink=False)}</div>")
         return dot_to_svg(dot)
     except (GraphvizUnavailable, ValueError) as err:
         return f'<div style="color:#a00">{html.escape(str(err))}</div>'

@@ -71,7 +71,9 @@ class MlirLexer(RegexLexer):
             ),
             (
                 (r"\b(func|module|return|to|step|iter_args|ins|outs|dense|affine_map|affine_set"
-                r"|loc|unknown|attributes|true|false|unit|kernel|blocks|threads|in|args)\b"),
+                r"|loc|unknown|attributes|true|false|unit|kernel|blocks|threads|in|args)\b"
+                 # but a name given a value in an attribute dictionary is the attribute's
+                 r"(?!\s*=[^=])"),
                 Keyword,
             ),
             (r"0x[0-9a-fA-F]+", Number.Hex),

@@ -225,6 +225,7 @@ class TreeView(View):
         self.level_label = widgets.HTML()
         self.level_label.add_class("sw-tree-level")
         self.steps = widgets.HTML()
+        self.steps.add_class("sw-tree-steps")
         self.picture = widgets.HTML()
         self.picture.add_class("sw-tree-picture")
         self.ops = widgets.HTML()
@@ -389,7 +390,7 @@ class TreeView(View):
             except ValueError as err:
                 self._svg[position] = _message(str(err))
             else:
-                self._svg[position] = svg_or_message(dot)
+                self._svg[position] = svg_or_message(dot, shrink=False)
         self.picture.value = self._svg[position]
 
     def _on_step(self, change: dict[str, Any]) -> None:

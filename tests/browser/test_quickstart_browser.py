@@ -42,6 +42,23 @@ async ([index]) => {
 """
 
 
+KERNEL_IDLE_JS = """
+() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const kernel = panel && panel.sessionContext && panel.sessionContext.session
+    && panel.sessionContext.session.kernel;
+  return Boolean(kernel) && kernel.status === 'idle';
+}
+"""
+
+
+def run_all_cells(page: Any) -> None:
+    """Run every cell of the open notebook once its kernel is up: asked earlier (while the
+    kernel still starts), JupyterLab may queue the request and never run it."""
+    page.wait_for_function(KERNEL_IDLE_JS, timeout=120_000)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+
 def _tab(page: Any, title: str) -> None:
     page.locator(f"{EXPLORER} .lm-TabBar-tab", has_text=title).first.click()
 
@@ -56,13 +73,12 @@ def page(lab: str, browser: Any, output_dir: Path) -> Iterator[Any]:
     """The quickstart notebook, open, with every cell run and the explorer on screen."""
     context = browser.new_context(viewport={"width": 1400, "height": 1900})
     page = context.new_page()
-    page.goto(lab + "lab/tree/quickstart.ipynb", wait_until="domcontentloaded")
+    # ?reset: the notebooks another test left open in the lab's workspace stay closed
+    page.goto(lab + "lab/tree/quickstart.ipynb?reset", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
-    # wait until the kernel is connected before running the cells
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    page.wait_for_timeout(1000)
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    run_all_cells(page)
     page.wait_for_selector(EXPLORER, timeout=240_000)
     page.wait_for_selector(f"{EXPLORER} .lm-TabBar-tab", timeout=60_000)
     page.wait_for_timeout(1500)

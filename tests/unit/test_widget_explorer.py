@@ -65,7 +65,8 @@ def test_stepping_the_scan_tree_highlights_each_level(widget: Explorer) -> None:
 def _tree_svg(compiled: ex.Compiled, n: int, level: int | None = None) -> str:
     from explorer.widget.graphs import svg_or_message
 
-    return svg_or_message(compiled.scan_plan.picture(n).to_dot(highlight_level=level))
+    return svg_or_message(compiled.scan_plan.picture(n).to_dot(highlight_level=level),
+                          shrink=False)
 
 
 def test_the_scan_tree_is_the_plan_read_from_the_ir(monkeypatch) -> None:

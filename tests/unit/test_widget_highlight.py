@@ -61,6 +61,12 @@ def test_generic_form_operation_names_are_names_not_strings() -> None:
     kinds = {value: kind for kind, value in tokens}
     assert kinds['"scan.sweep"'] is Name.Builtin
     assert kinds['"up"'] in String  # an attribute's text stays a string
+    block = '"scan.block"() {threads = 128 : i64, tree = "blelloch"} : () -> ()'
+    kinds = {v: k for k, v in MlirLexer().get_tokens(block)}
+    assert kinds["threads"] is not Keyword  # an attribute's name, not gpu.launch's keyword
+    launch = "gpu.launch blocks(%bx) in (%gx = %c1) threads(%tx) in (%sx = %c1)"
+    kinds = {v: k for k, v in MlirLexer().get_tokens(launch)}
+    assert kinds["threads"] is Keyword and kinds["blocks"] is Keyword
     # a quoted string that is not followed by operands is not an operation
     text = 'text = "h.x"'
     assert dict((v, k) for k, v in MlirLexer().get_tokens(text))['"h.x"'] in String
