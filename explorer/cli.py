@@ -252,27 +252,30 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def reference_outputs(kernel: Any, arrays: dict[str, Any], L: int | None = None
                       ) -> tuple[dict[str, Any], str]:
-    """The float64 reference: ``explorer.reference`` where sympy imports, else the affine scan
-    computed from the arrays directly (for the plain affine recurrence)."""
+    """The float64 reference (``explorer.reference``, which needs sympy). A kernel compiled
+    with ``reverse=True`` scans backwards in time: its reference is the forward one of the
+    inputs flipped in time, flipped back."""
     import numpy as np
 
-    names = kernel.output_names
     try:
+        import sympy  # noqa: F401 - explorer.reference needs it
+
         import explorer
-
-        ref = explorer.reference(kernel.artifact.recurrence, L=L, **arrays)
-        refs = ref if isinstance(ref, dict) else {names[0]: ref}
-        return {k: np.asarray(v) for k, v in refs.items()}, "explorer.reference"
     except ImportError:
-        pass
-    from explorer.bench.affine import affine_roles, affine_scan_f64
+        raise CliError("no float64 reference here: explorer.reference needs sympy "
+                       "(pip install sympy)") from None
+    names = kernel.output_names
+    reverse = bool(kernel.artifact.options.get("reverse", False))
+    timed = {a.name for a in kernel.artifact.kernels[0].args if a.role == "input" and a.timed}
 
-    roles = affine_roles(kernel.artifact.recurrence)
-    if roles is None:
-        raise CliError("no float64 reference here: explorer.reference needs sympy for "
-                       f"{kernel.artifact.recurrence!r}")
-    state, a, b = roles
-    return {state: affine_scan_f64(arrays[a], arrays[b])}, "affine scan (NumPy, float64)"
+    def flip(x: Any) -> Any:
+        return np.ascontiguousarray(np.asarray(x)[..., ::-1])
+    if reverse:
+        arrays = {k: flip(v) if k in timed else v for k, v in arrays.items()}
+    ref = explorer.reference(kernel.artifact.recurrence, L=L, **arrays)
+    refs = ref if isinstance(ref, dict) else {names[0]: ref}
+    out = {k: flip(v) if reverse else np.asarray(v) for k, v in refs.items()}
+    return out, "explorer.reference" + (" (flipped in time)" if reverse else "")
 
 
 def _no_gpu(command: str) -> int:

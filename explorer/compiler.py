@@ -390,6 +390,8 @@ def _plan_text(plan: Any) -> str:
     g = plan.grid
     tree = {"blelloch": "Blelloch (up-sweep, then down-sweep: exclusive prefixes)",
             "kogge_stone": "Kogge-Stone (log2 B levels: inclusive prefixes)"}[plan.tree]
+    prefix = {"blelloch": "its exclusive prefix from the down-sweep",
+              "kogge_stone": "the inclusive prefix of thread i - 1"}[plan.tree]
     return (
         f"each block scans one chunk of a sequence in tiles of {B * E} steps ({B} threads x "
         f"{E} elements):\n"
@@ -397,7 +399,8 @@ def _plan_text(plan: Any) -> str:
         f"registers ({E - 1} combines)\n"
         f"  2. scan.block: the {tree} tree over the {B} thread aggregates in shared memory, "
         f"{len(plan.sweeps)} sweeps, a barrier after each\n"
-        f"  3. each thread applies its exclusive prefix to its {E} elements\n"
+        f"  3. each thread applies the prefix of the threads before it ({prefix}) to its {E} "
+        "elements\n"
         f"  4. scan.grid ({g.scheme}): a whole sequence per block when there are at least "
         f"{g.unchunked_from} x the GPU's block slots of sequences, else chunks of at least "
         f"{g.min_tiles} tiles giving {g.fill} x the slots in blocks: reduce (one aggregate per "

@@ -158,6 +158,8 @@ def run_plan(plan: ScanPlan, A: np.ndarray, b: np.ndarray, init: np.ndarray | No
 # Picture
 # ----------------------------------------------------------------------------------------------
 _PHASE_COLOR = {"up": "#1a73e8", "down": "#e8710a", "scan": "#188038"}
+_LEGEND = {"blelloch": "blue: up-sweep, orange: down-sweep",
+           "kogge_stone": "green: one level of combines each", "sequential": "one combine a level"}
 
 
 def _plan_dot(plan: ScanPlan, highlight: int | None) -> str:
@@ -169,7 +171,7 @@ def _plan_dot(plan: ScanPlan, highlight: int | None) -> str:
         "digraph plan {",
         '  graph [rankdir=TB, nodesep=0.15, ranksep=0.35, fontname="Helvetica", labelloc=t,',
         f'         label="{plan.strategy}: n={plan.n}, work={plan.work} combines, '
-        f'depth={plan.depth} levels (blue: up-sweep, orange: down-sweep)"];',
+        f'depth={plan.depth} levels ({_LEGEND.get(plan.strategy, "")})"];',
         '  node [shape=circle, width=0.32, fixedsize=true, fontsize=9, fontname="Helvetica"];',
         "  edge [arrowsize=0.5];",
     ]

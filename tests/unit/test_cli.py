@@ -129,3 +129,26 @@ def test_errors_are_reported_without_a_traceback(tmp_path: Path,
     assert main(["run", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err == f"scanweaver run: {tmp_path}: not an artifact directory (no manifest.json)\n"
+
+
+def test_the_reference_of_a_reversed_artifact_is_flipped_in_time(tmp_path):
+    """`scanweaver run` checks a kernel compiled with reverse=True against the reference of
+    the inputs flipped in time (the forward reference would call a correct kernel wrong)."""
+    import numpy as np
+
+    import explorer as ex
+    from explorer.cli import reference_outputs
+
+    text = "h[t] = a[t] * h[t-1] + b[t]"
+    c = ex.compile(text, target="cuda", strategy="blelloch", reverse=True)
+    kernel = ex.load(c.save(tmp_path / "rev"))
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0.5, 1.0, (3, 50)).astype(np.float32)
+    b = rng.standard_normal((3, 50)).astype(np.float32)
+    refs, source = reference_outputs(kernel, {"a": a, "b": b})
+    assert "flipped" in source
+    cpu = ex.compile(text, target="cpu", strategy="blelloch", reverse=True)(a=a, b=b)
+    np.testing.assert_allclose(refs["h"], cpu, rtol=1e-4, atol=1e-5)
+    forward, _ = reference_outputs(ex.load(ex.compile(text, target="cuda").save(
+        tmp_path / "fwd")), {"a": a, "b": b})
+    assert not np.allclose(forward["h"], refs["h"])
