@@ -47,10 +47,15 @@ def read_regular(path: str | os.PathLike[str], limit: int, follow_links: bool = 
         if not follow_links and getattr(err, "errno", None) == 40:  # ELOOP: a link
             raise UnsafeFile(f"{path} is a symbolic link") from None
         raise
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(info.st_mode):    # checked before fdopen, which refuses directories
+        os.close(fd)
+        raise UnsafeFile(f"{path} is {_kind(info.st_mode)}, not a file")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafeFile(f"{path} is {_kind(info.st_mode)}, not a file")
         if info.st_size > limit:
             raise UnsafeFile(f"{path} is {info.st_size} bytes, more than the {limit} allowed")
         data = f.read(limit + 1)
