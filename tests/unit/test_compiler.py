@@ -16,12 +16,7 @@ pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed"
 AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SCANWEAVER_CACHE", str(tmp_path / "cache"))
-    compiler._MEMORY.clear()
-    yield
-    compiler._MEMORY.clear()
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def test_stage_order_for_cuda():
