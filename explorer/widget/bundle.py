@@ -460,7 +460,8 @@ _CSS = """
 """
 
 
-def _seconds(seconds: float | None) -> str:
+def seconds_text(seconds: float | None) -> str:
+    """A duration for people: µs, ms or s (``-`` when unknown)."""
     if not seconds:
         return "-"
     if seconds < 1e-3:
@@ -668,7 +669,7 @@ def _report_body(record: dict[str, Any], full: bool, ptx_later: bool = False) ->
         text = texts.get(name, "")
         count = len(text.split("\n")) if text else 0
         parts.append(f"<h3>{esc(title)}</h3><div class='sw-note'>{count} lines, stage time "
-                     f"{_seconds(stage['seconds'])}</div>")
+                     f"{seconds_text(stage['seconds'])}</div>")
         if name == "ptx":
             parts.append(_PTX_MARK if ptx_later else _ptx_info_html(record))
         if name in graphs:
@@ -695,7 +696,7 @@ def _timing_html(measurements: Sequence[dict[str, Any]]) -> str:
         parts.append(f"<div class='sw-graph'>{svg}</div>")
         rows = "".join(
             f"<tr><td>{esc(m['name'])}</td><td>{m['channels']}</td><td>{m['length']}</td>"
-            f"<td>{_seconds(m['seconds'])}</td><td>"
+            f"<td>{seconds_text(m['seconds'])}</td><td>"
             f"{(m['bytes'] / m['seconds'] / 1e9 if m['seconds'] > 0 else float('nan')):.2f}"
             f"</td><td>{esc(m['device'])}</td><td>{esc(m['status'])}</td></tr>"
             for m in measurements)
@@ -735,7 +736,7 @@ def _passes_html(record: dict[str, Any], start: str, irs: list[str | None],
         name = html.escape(p["name"])
         if "edits" not in p:
             size = p.get("omitted") or {}
-            out.append(f"<details><summary>{index + 1}. {name} ({_seconds(p['seconds'])}, "
+            out.append(f"<details><summary>{index + 1}. {name} ({seconds_text(p['seconds'])}, "
                        f"IR not saved)</summary><div class='sw-note'>The IR after this pass "
                        f"({size.get('lines', '?')} lines) was left out to keep the notebook "
                        "small; Explorer.snapshot(path) keeps every pass.</div></details>")
@@ -749,7 +750,7 @@ def _passes_html(record: dict[str, Any], start: str, irs: list[str | None],
         diff = edits_diff(before_text.split("\n"), edits, against, f"after {p['name']}",
                           limit=diff_lines)
         change = f"+{added} −{removed} lines" if edits else "changed nothing"
-        summary = f"{index + 1}. {name} ({_seconds(p['seconds'])}, {change})"
+        summary = f"{index + 1}. {name} ({seconds_text(p['seconds'])}, {change})"
         body = _code(diff, "diff", diff_lines) if diff else ""
         out.append(f"<details><summary>{summary}</summary>{body}</details>")
     last = next((ir for ir in reversed(irs) if ir is not None), None)

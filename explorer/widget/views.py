@@ -17,6 +17,7 @@ import ipywidgets as widgets
 
 from explorer.compiler import PLAN_PICTURE_N
 from explorer.passes.plans import MAX_DOT_POSITIONS
+from explorer.widget.bundle import seconds_text
 from explorer.widget.graphs import dependence_dot, svg_or_message
 from explorer.widget.highlight import highlight, plain_html, unified_diff
 
@@ -29,16 +30,6 @@ if TYPE_CHECKING:
 
 def _message(text: str, color: str = "#666") -> str:
     return f'<div style="color:{color};padding:4px 0">{html.escape(text)}</div>'
-
-
-def _seconds(seconds: float | None) -> str:
-    if not seconds:
-        return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
 
 
 def stage(compiled: Compiled, name: str) -> Stage | None:
@@ -84,7 +75,7 @@ class TextStageView(View):
 
     def header_html(self, compiled: Compiled, recorded: Stage) -> str:
         lines = len(recorded.text.splitlines())
-        timing = (f", stage time {_seconds(recorded.seconds)}" if recorded.seconds
+        timing = (f", stage time {seconds_text(recorded.seconds)}" if recorded.seconds
                   else " (its time is counted in the MLIR passes that produced it)")
         return _message(f"{self.title}: {lines} lines{timing}")
 
@@ -321,7 +312,7 @@ class TreeView(View):
             drawn = (f"The picture: the tree over the first {picture.n} of the {plan.threads} "
                      f"thread aggregates (work = {picture.work} combines, depth = "
                      f"{picture.depth} levels{rest})")
-        timing = (f"; the pass took {_seconds(plan_seconds)}" if plan_seconds else "")
+        timing = (f"; the pass took {seconds_text(plan_seconds)}" if plan_seconds else "")
         return ("<div><b>Read from the IR of the <code>scan-plan</code> pass</b> "
                 f"(<code>compiled.scan_plan</code>){timing}: {layout}.</div>"
                 f"<div style='color:#444'>{drawn}.</div>")
@@ -451,7 +442,7 @@ class MlirView(View):
     def _label(self, index: int) -> str:
         record = self._passes[index]
         mark = "" if record.changed else ", unchanged"
-        return f"{index + 1:>2}. {record.name} ({_seconds(record.seconds)}{mark})"
+        return f"{index + 1:>2}. {record.name} ({seconds_text(record.seconds)}{mark})"
 
     def _refilter(self, select_last: bool = False) -> None:
         keep_hidden = self.hide_unchanged.value
@@ -541,7 +532,7 @@ class MlirView(View):
         lines = len(record.ir.splitlines())
         self.info.value = _message(
             f"pass {index + 1} of {len(self._passes)}: {record.name}: {changed}; "
-            f"{_seconds(record.seconds)}; {lines} lines after it")
+            f"{seconds_text(record.seconds)}; {lines} lines after it")
         self.code.value = self.rendered(index, self.mode.value)
         self.last_render_seconds = time.perf_counter() - start
 
@@ -564,7 +555,7 @@ class PassTimesView:
             if name == "mlir" and passes:
                 cells.append((f"{len(passes)} passes", sum(p.seconds for p in passes)))
         spans = "".join(f"<span style='margin-right:12px'>{html.escape(name)} "
-                        f"<span style='color:#888'>{_seconds(seconds)}</span></span>"
+                        f"<span style='color:#888'>{seconds_text(seconds)}</span></span>"
                         for name, seconds in cells)
         cached = " (from the compile cache)" if compiled.from_cache else ""
         self.widget.value = (f"<div style='font-size:12px;color:#444'>stage times{cached}: "
