@@ -146,9 +146,7 @@ def _read_text(path: str, what: str, limit: int) -> str:
         data = read_regular(path, limit)
     except FileNotFoundError:
         raise CliError(f"{what} {path}: no such file") from None
-    except IsADirectoryError:
-        raise CliError(f"{what} {path}: is a directory, not a file") from None
-    except UnsafeFile as err:
+    except UnsafeFile as err:     # a directory, FIFO, device or oversized file
         raise CliError(f"{what}: {err}") from None
     except OSError as err:
         raise CliError(f"{what} {path}: {err.strerror or err}") from None

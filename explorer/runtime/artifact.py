@@ -285,10 +285,8 @@ def _read_text(path: Path, limit: int, what: str) -> str:
 
     try:
         raw = read_regular(path, limit, follow_links=False)
-    except UnsafeFile as err:
+    except UnsafeFile as err:     # a directory, link, FIFO, device or oversized file
         raise ArtifactError(f"{what}: {err}") from None
-    except IsADirectoryError:
-        raise ArtifactError(f"{what}: {path} is a directory, not a file") from None
     except OSError as err:
         raise ArtifactError(f"{what}: cannot read {path} ({err.strerror or err})") from None
     try:
