@@ -15,7 +15,7 @@ from explorer.codegen.emit import (
     Algebra,
 )
 from explorer.codegen.options import Options
-from explorer.frontend.names import AGGREGATES, CARRIES, TIME_CHUNK, h0_name
+from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS, TIME_CHUNK, h0_name
 
 KERNEL_PREFIX = "scanweaver"
 
@@ -38,6 +38,10 @@ CHUNK_FILL = 2.0
 
 
 UNCHUNKED_FROM = 0.1
+
+#: the look-back scan runs each sequence whole in one block from this many sequences (in
+#: units of the resident-block slots), else one tile a block
+LOOKBACK_UNCHUNKED_FROM = 1.0
 
 
 @dataclass(frozen=True)
@@ -104,9 +108,16 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None
                     "dtype": "int64"})
     if options is not None and options.strategy != "sequential":
         alg = Algebra(form.A)
-        for name, per in ((AGGREGATES, alg.width), (CARRIES, alg.S)):
-            out.append({"name": name, "role": "workspace", "timed": False, "lane": False,
-                        "dtype": "float32", "per_chunk": per, "time_chunk": TIME_CHUNK})
+        spaces = [(AGGREGATES, alg.width), (CARRIES, alg.S)]
+        lookback = (grid.scheme if grid is not None else options.grid) == "lookback"
+        if lookback:
+            spaces.append((TILE_FLAGS, 1))
+        for name, per in spaces:
+            space = {"name": name, "role": "workspace", "timed": False, "lane": False,
+                     "dtype": "float32", "per_chunk": per, "time_chunk": TIME_CHUNK}
+            if name == TILE_FLAGS:
+                space["reset"] = True
+            out.append(space)
         out.append({"name": TIME_CHUNK, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64", "chunk_rule": chunk_rule(options, grid)})
     return out
@@ -116,7 +127,13 @@ def chunk_rule(options: Options, grid: Any = None) -> dict[str, Any]:
     """The manifest's rule for the per-call ``time_chunk`` (whole tiles; when chunking, never
     fewer than ``chunk_tiles`` tiles a chunk): the plan's ``scan.grid`` when given."""
     if grid is not None:
-        return {"tile": grid.tile, "min_tiles": grid.min_tiles, "fill": grid.fill,
+        rule = {"tile": grid.tile, "min_tiles": grid.min_tiles, "fill": grid.fill,
                 "unchunked_from": grid.unchunked_from}
+        if grid.scheme == "lookback":
+            rule["max_tiles"] = 1
+        return rule
+    if options.grid == "lookback":
+        return {"tile": options.tile, "min_tiles": 1, "fill": CHUNK_FILL,
+                "unchunked_from": LOOKBACK_UNCHUNKED_FROM, "max_tiles": 1}
     return {"tile": options.tile, "min_tiles": options.chunk_tiles, "fill": CHUNK_FILL,
             "unchunked_from": UNCHUNKED_FROM}

@@ -65,6 +65,7 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Gen, Locations
 from explorer.codegen.lower_grid import blelloch_block, blelloch_shapes, readout_block
+from explorer.codegen.lower_lookback import lookback_block
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
 from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
 from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
@@ -103,7 +104,10 @@ def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
     else:
         shapes = blelloch_shapes(options)
         gen_counts = _stage_counts(form, options)
-        for role, suffix in (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")):
+        # the look-back scan is one pass; the chunked scan reduces, carries, then scans
+        roles = ((("scan", ""),) if options.grid == "lookback" else
+                 (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")))
+        for role, suffix in roles:
             static = (gen_counts[role] * shapes.stage + alg.width * shapes.agg) * 4
             if options.target == "cuda" and static > STATIC_SHARED_LIMIT:
                 raise OptionError(
@@ -144,7 +148,7 @@ def options_for(options: Options, plan: Any) -> Options:
         return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse)
     return replace(options, strategy=plan.tree, block_size=plan.threads,
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
-                   reverse=reverse)
+                   reverse=reverse, grid=plan.grid.scheme)
 
 
 def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
@@ -222,7 +226,10 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
     else:
         width = gen.alg.width
         stage, aggbuf = shared[:-width], shared[-width:]
-        blelloch_block(gen, th, spec.role, bid, stage, aggbuf)
+        if gen.options.grid == "lookback":
+            lookback_block(gen, th, bid, stage, aggbuf)
+        else:
+            blelloch_block(gen, th, spec.role, bid, stage, aggbuf)
 
 
 def _shared_arrays(form: Any, options: Options, spec: KernelSpec) -> list[int]:

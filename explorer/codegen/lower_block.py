@@ -64,12 +64,17 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                ins: Sequence[Stream], outs: Sequence[Stream],
                element: Callable[[list[Value]], Element],
                outputs: Callable[[list[Value], list[Value]], list[Value]] | None,
-               begin: Value, end: Value, init: list[Value], mode: str) -> list[Value]:
+               begin: Value, end: Value, init: list[Value], mode: str,
+               state_before: Callable[[Element, list[Value]], list[Value]] | None = None
+               ) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
     ``mode``: ``"reduce"`` returns the aggregate of the range (no output); ``"inclusive"``
     writes ``outputs(state after t, inputs at t)`` at every t, ``"exclusive"`` the same with
     the state before t. ``init`` is the state before ``begin`` (ignored by ``reduce``).
+    ``state_before(total, carry)``, when given, is called by every thread once the block tree
+    has the tile's aggregate ``total``, and gives the state before the tile in place of the
+    carried one (the look-back of the grid level).
     """
     alg = gen.alg
     bs = th.bs
@@ -174,6 +179,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             total = agg_load(pad(ci(bs - 1)))
             return alg.combine(total, alg.pack(carry)).values() + nxt
         total = agg_load(pad(ci(bs - 1)) if kogge_stone else total_slot)
+        if state_before is not None:
+            carry = state_before(total, carry)
 
         def prefix(tid: Value) -> Element:
             """The exclusive prefix of thread ``tid``'s aggregate."""

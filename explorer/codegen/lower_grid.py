@@ -34,11 +34,14 @@ class ScanShapes:
     """Workgroup arrays of the Blelloch kernels: (stage buffers, aggregate buffers) sizes."""
 
     stage: int          # floats per stage buffer (tile, padded)
-    agg: int            # floats per aggregate buffer (block_size, padded, + the total slot)
+    #: floats per aggregate buffer: block_size (padded), then the total slot, and with the
+    #: look-back grid the slot through which it hands the state before the tile to the block
+    agg: int
 
 
 def blelloch_shapes(options: Options) -> ScanShapes:
-    return ScanShapes(padded(options.tile), padded(options.block_size) + 1)
+    slots = 2 if options.grid == "lookback" else 1
+    return ScanShapes(padded(options.tile), padded(options.block_size) + slots)
 
 
 def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence[Value],

@@ -30,6 +30,9 @@ TIME_CHUNK = "time_chunk"
 #: before the chunk
 AGGREGATES = "chunk_aggregates"
 CARRIES = "chunk_carries"
+#: workspace of the look-back scan: per (sequence, tile), what the tile's block has published
+#: (0: nothing yet, 1: its aggregate, 2: the state after it); zeroed before every launch
+TILE_FLAGS = "tile_flags"
 
 #: suffix of the initial-state keyword of a state: ``h0=`` gives ``h[-1]`` of the state ``h``
 INITIAL_SUFFIX = "0"
@@ -55,4 +58,5 @@ RESERVED_NAMES: dict[str, str] = {
                 "keyword of kernel.prepare(time_chunk=...)",
     AGGREGATES: "it is a workspace argument of the chunked scan kernels",
     CARRIES: "it is a workspace argument of the chunked scan kernels",
+    TILE_FLAGS: "it is a workspace argument of the look-back scan kernel",
 }

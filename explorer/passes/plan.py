@@ -10,12 +10,15 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   the total aside and starts the down-sweep, phase ``up_root``) and a down-sweep (strides B/4 ..
   1) giving exclusive prefixes; ``kogge_stone`` is ``log2 B`` levels of phase ``scan`` (stride
   2^d, every thread i >= 2^d combining with i - 2^d) giving inclusive prefixes;
-* ``scan.grid {scheme = "chunked", direction, tile, min_tiles, fill, unchunked_from}``: the
-  direction in time (``forward``, or ``reverse``: position t of the scan is time L - 1 - t, so
+* ``scan.grid {scheme, direction, tile, min_tiles, fill, unchunked_from}``: the direction in
+  time (``forward``, or ``reverse``: position t of the scan is time L - 1 - t, so
   ``h[t] = A_t h[t+1] + b_t`` with the initial state after the last step), and how a sequence is
-  spread over blocks: whole when there are enough sequences to fill the GPU, else in chunks of
-  whole tiles (reduce each chunk, carry across chunks, rescan from the carry), the chunk length
-  chosen per call by this rule.
+  spread over blocks: whole when there are enough sequences to fill the GPU, else
+  ``lookback``: one tile a block in a single pass (each block publishes its tile's aggregate,
+  then the state after it; a block takes the state before its tile by looking back over the
+  tiles before it, a warp at a time: Merrill and Garland's decoupled look-back), or
+  ``chunked``: chunks of whole tiles (reduce each chunk, carry across chunks, rescan from the
+  carry: the inputs are read twice), the chunk length chosen per call by this rule.
 
 The ``sequential`` strategy has ``scan.warp_tile {sequences = 32, steps}`` (a warp stages 32
 sequences x ``steps`` time steps through shared memory, coalesced, then each thread walks its
@@ -49,9 +52,13 @@ class Sweep:
     active: int
 
 
+#: the grid schemes of tree plans
+TREE_GRIDS = ("lookback", "chunked")
+
+
 @dataclass(frozen=True)
 class Grid:
-    scheme: str          # "chunked" or "sequence-per-thread"
+    scheme: str          # "lookback", "chunked" or "sequence-per-thread"
     direction: str = "forward"    # or "reverse": scan position t is time L - 1 - t
     tile: int = 0
     min_tiles: int = 0
@@ -114,16 +121,17 @@ def sweeps_of(tree: str, threads: int) -> tuple[Sweep, ...]:
 
 def choose_plan(form: Any, options: Any) -> Plan:
     """The plan for ``form`` under ``options`` (what ``scan-plan`` writes as ops)."""
-    from explorer.codegen.contract import CHUNK_FILL, UNCHUNKED_FROM
+    from explorer.codegen.contract import CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM, UNCHUNKED_FROM
     from explorer.codegen.lower_sequential import seq_layout
 
     o = options
     direction = "reverse" if o.reverse else "forward"
     if o.strategy in TREES:
+        grid = (Grid("lookback", direction, o.tile, 1, CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM)
+                if o.grid == "lookback" else
+                Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
-                    sweeps_of(o.strategy, o.block_size),
-                    Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL,
-                         UNCHUNKED_FROM))
+                    sweeps_of(o.strategy, o.block_size), grid)
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction), tile_steps=seq_layout(form, o).steps)
 
@@ -177,8 +185,13 @@ def plan_from_dict(raw: Any) -> Plan:
     if plan.tree in TREES:
         if plan.sweeps != sweeps_of(plan.tree, threads):
             raise ValueError(f"the sweeps are not those of a {plan.tree} tree")
+        if plan.grid.scheme not in TREE_GRIDS:
+            raise ValueError(f"a tree plan's grid is one of {', '.join(TREE_GRIDS)}, "
+                             f"not {plan.grid.scheme!r}")
     elif plan.tree != "none" or plan.sweeps:
         raise ValueError(f"unknown tree {plan.tree!r}")
+    elif plan.grid.scheme != "sequence-per-thread":
+        raise ValueError(f"unknown grid {plan.grid.scheme!r} for a sequential plan")
     if plan.grid.direction not in ("forward", "reverse"):
         raise ValueError(f"unknown direction {plan.grid.direction!r}")
     return plan
@@ -202,6 +215,9 @@ def read_plan(module_op: Any) -> Plan:
     if tree in TREES and sweeps != sweeps_of(tree, block["threads"]):
         raise ValueError(f"the sweeps of the {tree} tree over {block['threads']} threads are "
                          "not the ones its lowering implements")
+    if (grid["scheme"] in TREE_GRIDS) != (tree in TREES):
+        raise ValueError(f"a {tree} block cannot be spread over the grid as "
+                         f"{grid['scheme']!r}")
     return Plan(strategy=tree if tree in TREES else "sequential", threads=block["threads"],
                 elements=thread["elements"] if thread else 1, tree=tree, sweeps=sweeps,
                 grid=Grid(grid["scheme"], grid["direction"], grid["tile"], grid["min_tiles"],

@@ -56,17 +56,30 @@ class ChunkRule:
     #: sequences (in units of block slots) from which each runs whole in one block;
     #: None: the same as ``fill``
     unchunked_from: float | None = None
+    #: longest chunk, in tiles, when chunking (0: no limit); the look-back scan takes one tile
+    #: a block, so its chunks are one tile or the whole sequence
+    max_tiles: int = 0
 
     @property
     def threshold(self) -> float:
         return self.fill if self.unchunked_from is None else self.unchunked_from
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tile": self.tile, "min_tiles": self.min_tiles, "fill": self.fill,
-                "unchunked_from": self.threshold}
+        out: dict[str, Any] = {"tile": self.tile, "min_tiles": self.min_tiles,
+                               "fill": self.fill, "unchunked_from": self.threshold}
+        if self.max_tiles:
+            out["max_tiles"] = self.max_tiles
+        return out
 
     def choose(self, C: int, N: int, L: int, machine: Machine) -> int:
         return choose_time_chunk(self, C, N, L, machine)
+
+    def check(self, chunk: int, L: int) -> None:
+        """Refuse a chunk length forced for a call that the kernels cannot take."""
+        if self.max_tiles and self.tile * self.max_tiles < chunk < L:
+            raise ValueError(f"time_chunk={chunk}: these kernels take chunks of at most "
+                             f"{self.tile * self.max_tiles} steps, or the whole sequence "
+                             f"(L={L})")
 
 
 def choose_time_chunk(rule: ChunkRule, C: int, N: int, L: int, machine: Machine) -> int:
@@ -80,7 +93,10 @@ def choose_time_chunk(rule: ChunkRule, C: int, N: int, L: int, machine: Machine)
         return tiles * rule.tile
     want = max(1, math.ceil(rule.fill * machine.slots))
     chunks = -(-want // sequences)
-    return rule.tile * max(rule.min_tiles, -(-tiles // chunks))
+    per_chunk = max(rule.min_tiles, -(-tiles // chunks))
+    if rule.max_tiles:
+        per_chunk = min(per_chunk, rule.max_tiles)
+    return rule.tile * per_chunk
 
 
 def size_values(args: Sequence[ArgInfo], C: int, N: int, L: int, machine: Machine,
@@ -90,8 +106,11 @@ def size_values(args: Sequence[ArgInfo], C: int, N: int, L: int, machine: Machin
     for a in args:
         if a.role == "size" and a.name == TIME_CHUNK:
             assert a.chunk_rule is not None
-            out[TIME_CHUNK] = (int(time_chunk) if time_chunk is not None
-                               else a.chunk_rule.choose(C, N, L, machine))
+            if time_chunk is not None:
+                a.chunk_rule.check(int(time_chunk), L)
+                out[TIME_CHUNK] = int(time_chunk)
+            else:
+                out[TIME_CHUNK] = a.chunk_rule.choose(C, N, L, machine)
     return out
 
 
@@ -121,12 +140,16 @@ class ArgInfo:
     per_chunk: int | None = None
     time_chunk: int | str | None = None
     chunk_rule: ChunkRule | None = None    # the size argument ``time_chunk`` only
+    #: a workspace the launcher zeroes before every launch (the look-back flags)
+    reset: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "timed": self.timed,
                                "lane": self.lane, "dtype": self.dtype}
         if self.role == "workspace":
             out.update(per_chunk=self.per_chunk, time_chunk=self.time_chunk)
+            if self.reset:
+                out["reset"] = True
         if self.chunk_rule is not None:
             out["chunk_rule"] = self.chunk_rule.as_dict()
         return out
@@ -213,6 +236,9 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
     per_chunk: int | None = None
     time_chunk: int | str | None = None
     rule = None
+    reset = _flag(raw.get("reset", False), f"{where}: argument {name!r} reset")
+    if reset and role != "workspace":
+        raise ArtifactError(f"{where}: argument {name!r} is reset but is not a workspace")
     if role == "workspace":
         per_chunk = _positive(raw.get("per_chunk"), f"{where}: workspace {name!r} per_chunk")
         time_chunk = _chunk_value(raw.get("time_chunk"), f"{where}: workspace {name!r} "
@@ -222,7 +248,7 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
     timed = _flag(raw.get("timed", False), f"{where}: argument {name!r} timed")
     lane = _flag(raw.get("lane", False), f"{where}: argument {name!r} lane")
     return ArgInfo(name=name, role=role, timed=timed, lane=lane, dtype=dtype,
-                   per_chunk=per_chunk, time_chunk=time_chunk, chunk_rule=rule)
+                   per_chunk=per_chunk, time_chunk=time_chunk, chunk_rule=rule, reset=reset)
 
 
 def _flag(value: Any, what: str) -> bool:
@@ -249,8 +275,11 @@ def _parse_rule(raw: Any, where: str) -> ChunkRule:
     numbers = {}
     for key, v in (("fill", fill), ("unchunked_from", unchunked)):
         numbers[key] = _positive_number(v, f"{where}: chunk_rule {key}")
+    max_tiles = raw.get("max_tiles", 0)
+    if not (type(max_tiles) is int and max_tiles == 0):
+        max_tiles = _positive(max_tiles, f"{where}: chunk_rule max_tiles")
     return ChunkRule(tile=tile, min_tiles=min_tiles, fill=numbers["fill"],
-                     unchunked_from=numbers["unchunked_from"])
+                     unchunked_from=numbers["unchunked_from"], max_tiles=max_tiles)
 
 
 def _positive_number(value: Any, what: str) -> float:

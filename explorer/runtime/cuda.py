@@ -297,16 +297,25 @@ class Launch:
     sizes: dict[str, int] = field(default_factory=dict)
     _bound: list[tuple[KernelInfo, Any, tuple[int, int, int], tuple[Any, ...]]] = field(
         default_factory=list, repr=False)
+    #: workspaces zeroed before every launch
+    _reset: list[Any] = field(default_factory=list, repr=False)
 
     def launch(self, stream: Any = None) -> None:
         s = stream if stream is not None else self.stream
         if self.device is None or len(self._bound) == 0:
-            for kernel, func, grid, args in self._bound:
-                self.owner._launch_one(kernel, func, grid, args, s)
+            self._launch_all(s)
             return
         with _cupy().cuda.Device(self.device):
-            for kernel, func, grid, args in self._bound:
-                self.owner._launch_one(kernel, func, grid, args, s)
+            self._launch_all(s)
+
+    def _launch_all(self, stream: Any) -> None:
+        if self._reset:
+            cp = _cupy()
+            ptr = stream.ptr if stream is not None else cp.cuda.get_current_stream().ptr
+            for ws in self._reset:   # the look-back flags start at "nothing published"
+                cp.cuda.runtime.memsetAsync(ws.data.ptr, 0, ws.nbytes, ptr)
+        for kernel, func, grid, args in self._bound:
+            self.owner._launch_one(kernel, func, grid, args, stream)
 
     def synchronize(self) -> None:
         cp = _cupy()
@@ -482,6 +491,8 @@ class CudaKernel:
                 if a.name not in workspaces:
                     workspaces[a.name] = cp.zeros(a.workspace_size(C, N, L, values),
                                                   dtype=cp.float32)
+                    if a.reset:
+                        run._reset.append(workspaces[a.name])
         run.workspaces = workspaces
         for k in self.artifact.kernels:
             if not k.launched(L, values):

@@ -16,7 +16,8 @@ What is built:
   PTX with nvcc) that follow the kernel ABI. They test the runtime on its own, whatever the code
   generator does.
 - ``<preset>-<strategy>``: every preset recurrence (:data:`explorer.presets.PRESETS`) compiled
-  with every strategy by :func:`explorer.compile`, when the compiler imports here; and
+  with every strategy by :func:`explorer.compile`, when the compiler imports here (the trees
+  also with the smallest tiles, ``-small``, and with the look-back grid, ``-lookback``); and
   ``compiled/<preset>-<strategy>.json``, the whole compiled record (``Compiled.dump``), which the
   explorer widget loads on the GPU machine without MLIR.
 
@@ -127,6 +128,9 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
     # (every level of the block tree and the chunked scheme at small L)
     variants += [(s, "-small", SMALL) for s in strategies or list(STRATEGIES)
                  if s != "sequential"]
+    # the trees' other grid scheme (the default is the chunked scan)
+    variants += [(s, f"{suffix}-lookback", {**options, "grid": "lookback"})
+                 for s, suffix, options in list(variants) if s != "sequential"]
     for preset, text in PRESETS.items():
         for strategy, suffix, options in variants:
             name = (f"{re.sub(r'[^a-z0-9]+', '-', preset.lower()).strip('-')}-{strategy}"

@@ -106,15 +106,21 @@ def test_affine_scan_sizes(name: str, C: int, L: int) -> None:
 BLELLOCH_AFFINE = [n for n in AFFINE_ARTS if ARTIFACTS[n].get("strategy") == "blelloch"]
 
 
+def _grid(kernel: CudaKernel) -> str:
+    return str(kernel.artifact.manifest["options"].get("grid", "chunked"))
+
+
 @pytest.mark.parametrize(("C", "L"), [(1, 2**20), (16, 100_003), (1024, 16384)])
 @pytest.mark.parametrize("name", BLELLOCH_AFFINE)
 def test_chunk_length_chosen_per_call(name: str, C: int, L: int) -> None:
     """The same inputs scanned with the device's choice, unchunked (one block a sequence) and
-    with short chunks (reduce, carry, rescan) all match the float64 reference."""
+    with short chunks (look-back: one tile a block; chunked: reduce, carry, rescan) all match
+    the float64 reference; a chunk the look-back kernel cannot take is refused."""
     from explorer.runtime.artifact import choose_time_chunk
     from explorer.runtime.cuda import device_machine
 
     kernel = _kernel(name)
+    lookback = _grid(kernel) == "lookback"
     a, b = random_problem(C, L, seed=C + L, xp=cp)
     ref = affine_scan_f64(a, b, xp=cp)
     rule = kernel.artifact.kernels[0].args[-1].chunk_rule
@@ -122,6 +128,10 @@ def test_chunk_length_chosen_per_call(name: str, C: int, L: int) -> None:
     machine = device_machine(kernel.artifact)
     assert machine.sms >= 1 and machine.blocks_per_sm >= 1
     for forced in (None, L, rule.tile, 3 * rule.tile):
+        if lookback and forced == 3 * rule.tile and forced < L:
+            with pytest.raises(ValueError, match="at most"):
+                kernel.prepare(time_chunk=forced, a=a, b=b)
+            continue
         run = kernel.prepare(time_chunk=forced, a=a, b=b)
         run.launch()
         h = run.result()
@@ -129,10 +139,34 @@ def test_chunk_length_chosen_per_call(name: str, C: int, L: int) -> None:
         launched = [k.name for k, *_ in run._bound]
         expect = choose_time_chunk(rule, C, 1, L, machine) if forced is None else forced
         assert chosen == expect
-        # unchunked: the scan kernel alone; chunked: reduce, carry, scan
-        assert len(launched) == (1 if chosen >= L else 3), launched
+        # look-back: the scan kernel alone; chunked: reduce, carry, scan when cut
+        assert len(launched) == (1 if lookback or chosen >= L else 3), launched
         err = max_rel_error(h, ref, xp=cp)
         assert err <= TOL, f"{name} C={C} L={L} time_chunk={chosen}: max rel err {err:.2e}"
+
+
+LOOKBACK_AFFINE = [n for n in AFFINE_ARTS
+                   if ARTIFACTS[n].get("strategy") in ("blelloch", "kogge_stone")
+                   and n.endswith("-lookback")]
+
+
+@pytest.mark.parametrize(("C", "L"), [(1, 2**22), (3, 1_000_003), (64, 2**16)])
+@pytest.mark.parametrize("name", LOOKBACK_AFFINE)
+def test_lookback_many_tiles_and_repeated_launches(name: str, C: int, L: int) -> None:
+    """Thousands of tiles a sequence (the small-tile variants: 32 steps a tile, so the
+    look-back walks windows of 32 tiles and waits on tiles still running), launched three
+    times on the same buffers: the flags are zeroed before each launch, so every launch gives
+    the float64 answer (a stale flag would hand over the last launch's state)."""
+    kernel = _kernel(name)
+    a, b = random_problem(C, L, seed=C * 3 + L, xp=cp)
+    ref = affine_scan_f64(a, b, xp=cp)
+    run = kernel.prepare(a=a, b=b)
+    assert run.sizes["time_chunk"] < L, "the call was not cut into tiles"
+    for attempt in range(3):
+        run.outputs["h"].fill(cp.nan)
+        run.launch()
+        err = max_rel_error(run.result(), ref, xp=cp)
+        assert err <= TOL, f"{name} C={C} L={L} launch {attempt}: max rel err {err:.2e}"
 
 
 @pytest.mark.parametrize("name", AFFINE_ARTS)

@@ -30,13 +30,21 @@ def _inputs(text: str, C: int, L: int, N: int = 4, seed: int = 0) -> dict[str, n
     return out
 
 
+@pytest.mark.parametrize("grid", ["lookback", "chunked"])
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("preset", sorted(ex.PRESETS))
-def test_every_tree_runs_every_preset_chunked_on_the_cpu(tree, preset):
+def test_every_tree_runs_every_preset_cut_into_tiles_on_the_cpu(tree, preset, grid):
+    from explorer.runtime.contract import choose_time_chunk
+    from explorer.runtime.cpu import CPU_MACHINE
+
     text = ex.PRESETS[preset]
-    # two sequences of 700 steps, 32 x 2 tiles: the chunked scheme (reduce, carry, rescan)
+    # two sequences of 700 steps, 32 x 2 tiles: one tile a block (look-back) or chunks of one
+    # tile (reduce, carry, rescan)
     c = ex.compile(text, target="cpu", strategy=tree, block_size=32, elements_per_thread=2,
-                   chunk_tiles=1)
+                   chunk_tiles=1, grid=grid)
+    assert c.scan_plan.grid.scheme == grid
+    rule = c.contract[0].args[-1].chunk_rule
+    assert rule is not None and choose_time_chunk(rule, 2, 4, 700, CPU_MACHINE) == 64
     arrays = _inputs(text, 2, 700)
     out, ref = c(**arrays), ex.reference(text, **arrays)
     outs = out if isinstance(out, dict) else {"out": out}

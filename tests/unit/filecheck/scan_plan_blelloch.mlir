@@ -1,6 +1,6 @@
 // Blelloch over 32 threads of 4 elements: up-sweep strides 1..16 (the last also swaps the
 // root), down-sweep strides 8..1, then the chunked grid scheme.
-// RUN: scan-plan  recurrence="h[t] = a[t] * h[t-1] + b[t]" strategy=blelloch block_size=32 elements_per_thread=4 chunk_tiles=2
+// RUN: scan-plan  recurrence="h[t] = a[t] * h[t-1] + b[t]" strategy=blelloch block_size=32 elements_per_thread=4 chunk_tiles=2 grid=chunked
 // CHECK: "scan.affine"()
 // CHECK-NEXT: "scan.thread"() {elements = 4 : i64}
 // CHECK-NEXT: "scan.block"() {threads = 32 : i64, tree = "blelloch"}

@@ -1,0 +1,247 @@
+"""Lowering of the grid level ``scan.grid {scheme = "lookback"}``: a single-pass scan with
+decoupled look-back (Merrill and Garland, "Single-pass Parallel Prefix Scan with Decoupled
+Look-back", 2016).
+
+Block ``k`` of a sequence scans one tile (``time_chunk`` steps, one tile), or the whole sequence
+when there are enough sequences to fill the GPU (then there is nothing to look back at). With
+several tiles, after its block tree has the tile's aggregate:
+
+1. thread 0 publishes the aggregate (``chunk_aggregates``), a device-scope fence, then the flag
+   1 (``tile_flags``, zeroed by the launcher before every launch);
+2. warp 0 looks back over the tiles before ``k``, 32 at a time (lane ``i`` reads tile
+   ``top - i``): a ballot finds the nearest tile whose flag is 2 (it has published the state
+   after it, ``chunk_carries``); if a tile before that one has published nothing yet the warp
+   reads the window again; otherwise the aggregates of the tiles before the nearest 2 are
+   composed in order across the lanes with shuffles, and the walk stops at the 2 (tile -1 stands
+   for the initial state) or moves 32 tiles further back;
+3. lane 0 publishes the state after the tile (flag 2) and hands the state before it to the
+   block through workgroup memory; the block applies it to its elements as a carry.
+
+Each element is read once from memory (12 bytes an fp32 affine element, against 20 for the
+chunked scan). The wait is safe because blocks are dispatched in the order of their index
+(as CUB's single-pass scan assumes): a block waits only on tiles of lower index, which are
+resident or done. On the CPU target the blocks run one after another, so the walk (one lane)
+always finds the tile before it published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mlir.dialects import arith, gpu, llvm, memref, nvvm, scf
+from mlir.ir import F32Type, InsertionPoint, IntegerType, Value
+
+from explorer.codegen.emit import Algebra, Element, add_i, ceil_div, cf, ci, f32, index, mul_i
+from explorer.codegen.gen import Gen
+from explorer.codegen.lower_block import block_scan
+from explorer.codegen.threads import WARP, Threads, if_else, if_then, min_i, padded
+from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS
+
+#: the flags a block publishes for its tile
+NOTHING, AGGREGATE, PREFIX = 0.0, 1.0, 2.0
+
+
+def _i64() -> IntegerType:
+    return IntegerType.get_signless(64)
+
+
+def _i32() -> IntegerType:
+    return IntegerType.get_signless(32)
+
+
+def _c64(v: int) -> Value:
+    return arith.constant(_i64(), v)
+
+
+def _c32(v: int) -> Value:
+    return arith.constant(_i32(), v)
+
+
+class Memory:
+    """Loads, stores and fences of the look-back: device-scope relaxed accesses (so no block
+    reads a stale line from its SM's L1) and ``fence.acq_rel.gpu`` on the GPU; plain accesses on
+    the host, where blocks run one after another."""
+
+    def __init__(self, gpu_target: bool) -> None:
+        self.gpu = gpu_target
+
+    def _address(self, buf: Value, i: Value) -> Value:
+        base = arith.index_cast(_i64(), memref.extract_aligned_pointer_as_index(buf))
+        offset = arith.muli(arith.index_cast(_i64(), i), _c64(4))
+        return llvm.inttoptr(llvm.PointerType.get(), arith.addi(base, offset))
+
+    def load(self, buf: Value, i: Value) -> Value:
+        if not self.gpu:
+            return memref.load(buf, [i])
+        return llvm.load(F32Type.get(), self._address(buf, i),
+                         ordering=llvm.AtomicOrdering.monotonic, syncscope="device",
+                         alignment=4)
+
+    def store(self, buf: Value, i: Value, v: Value) -> None:
+        if not self.gpu:
+            memref.store(v, buf, [i])
+            return
+        llvm.store(v, self._address(buf, i), ordering=llvm.AtomicOrdering.monotonic,
+                   syncscope="device", alignment=4)
+
+    def fence(self) -> None:
+        if self.gpu:
+            llvm.fence(llvm.AtomicOrdering.acq_rel, syncscope="device")
+
+
+def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
+                   aggbuf: Sequence[Value]) -> None:
+    """One block of the look-back scan kernel."""
+    assert gen.Tc is not None, "the look-back kernel takes time_chunk"
+    alg = gen.alg
+    nch = ceil_div(gen.L, gen.Tc)
+    s = arith.divui(bid, nch)
+    k = arith.remui(bid, nch)
+    begin = mul_i(k, gen.Tc)
+    end = min_i(gen.L, add_i(begin, gen.Tc))
+    names = gen.scan_inputs
+    seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N), set(names) | gen.scan_params)
+    at = {n: q for q, n in enumerate(names)}
+    h0 = gen.initial_state(seq)
+    mem = Memory(th.gpu)
+    flags, aggs, carries = (gen.arrays[n] for n in (TILE_FLAGS, AGGREGATES, CARRIES))
+    w, S = alg.width, alg.S
+    first_tile = mul_i(s, nch)         # tile (s, 0) of the flat (sequence, tile) workspaces
+    handoff = ci(padded(th.bs) + 1)    # the aggregate buffers' slot for the state before
+
+    def element(vals: list[Value]) -> Element:
+        return gen.leaf_from(seq, lambda name: vals[at[name]])
+
+    def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
+        return gen.outputs_at(seq, h, lambda name: vals[at[name]])
+
+    def publish(slot: Value, values: Sequence[Value], per: int, buf: Value,
+                flag: float) -> None:
+        for e, v in enumerate(values):
+            memref.store(v, buf, [add_i(mul_i(slot, ci(per)), ci(e))])
+        mem.fence()      # the values are visible before the flag that announces them
+        mem.store(flags, slot, cf(flag))
+
+    def chained(total: Element) -> list[Value]:
+        """The state before tile ``k``, found by looking back (every thread calls this)."""
+        slot = add_i(first_tile, k)
+
+        def announce() -> None:
+            publish(slot, total.values(), w, aggs, AGGREGATE)
+        if th.gpu:
+            assert th.tid is not None
+            tid = th.tid
+            first = arith.cmpi(arith.CmpIPredicate.eq, tid, ci(0))
+            if_then(arith.andi(first, arith.cmpi(arith.CmpIPredicate.ne, k, ci(0))), announce)
+
+            def warp0() -> None:
+                lane = arith.index_cast(_i64(), tid)
+                before = _walk(gen, mem, lane, WARP, first_tile, k, h0, flags, aggs, carries)
+
+                def finish() -> None:
+                    publish(slot, alg.apply(total, before), S, carries, PREFIX)
+                    for i, v in enumerate(before):
+                        memref.store(v, aggbuf[i], [handoff])
+                if_then(first, finish)
+            if_then(arith.cmpi(arith.CmpIPredicate.ult, tid, ci(WARP)), warp0)
+            th.barrier()
+            return [memref.load(aggbuf[i], [handoff]) for i in range(S)]
+        # the host: the blocks before this one are done, so one lane finds the state
+        if_then(arith.cmpi(arith.CmpIPredicate.ne, k, ci(0)), announce)
+        before = _walk(gen, mem, _c64(0), 1, first_tile, k, h0, flags, aggs, carries)
+        publish(slot, alg.apply(total, before), S, carries, PREFIX)
+        return before
+
+    def state_before(total: Element, carry: list[Value]) -> list[Value]:
+        # one tile a block when the sequence is cut into tiles; a whole sequence carries its
+        # state from tile to tile inside the block
+        cut = arith.cmpi(arith.CmpIPredicate.ugt, nch, ci(1))
+        return if_else(cut, [f32()] * S, lambda: chained(total), lambda: list(carry))
+
+    block_scan(gen, th, gen.options.elements_per_thread, stage, aggbuf,
+               gen.in_streams(seq, names), gen.out_streams(seq), element, outputs, begin, end,
+               h0, "inclusive", state_before)
+
+
+def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,
+          h0: list[Value], flags: Value, aggs: Value, carries: Value) -> list[Value]:
+    """The state before tile ``k`` of the sequence whose tile 0 is ``first_tile``, looking back
+    ``lanes`` tiles at a time (lane ``i`` reads tile ``top - i``; tile -1 is the initial state).
+    Every lane of the warp runs this; every lane gets the state."""
+    alg = gen.alg
+    w, S = alg.width, alg.S
+    i1 = IntegerType.get_signless(1)
+    types = [_i64(), i1, *([f32()] * (w + S))]
+    top0 = arith.subi(arith.index_cast(_i64(), k), _c64(1))
+    false = arith.constant(i1, 0)
+    inits = [top0, false, *alg.identity().values(), *h0]
+    loop = scf.WhileOp(types, inits)
+    before = loop.before.blocks.append(*types)
+    with InsertionPoint(before):
+        done = before.arguments[1]
+        scf.condition(arith.xori(done, arith.constant(i1, 1)), list(before.arguments))
+    after = loop.after.blocks.append(*types)
+    with InsertionPoint(after):
+        top, _, *rest = list(after.arguments)
+        acc, state = alg.pack(rest[:w]), rest[w:]
+        j = arith.subi(top, lane)
+        valid = arith.cmpi(arith.CmpIPredicate.sge, j, _c64(0))
+        tile = add_i(first_tile, arith.index_cast(index(), arith.maxsi(j, _c64(0))))
+        flag = arith.select(valid, mem.load(flags, tile), cf(PREFIX))
+        is_prefix = arith.cmpf(arith.CmpFPredicate.OEQ, flag, cf(PREFIX))
+        is_nothing = arith.cmpf(arith.CmpFPredicate.OEQ, flag, cf(NOTHING))
+        if lanes > 1:
+            prefixes = nvvm.vote_sync(_i32(), _c32(-1), is_prefix, nvvm.VoteSyncKind.ballot)
+            nothing = nvvm.vote_sync(_i32(), _c32(-1), is_nothing, nvvm.VoteSyncKind.ballot)
+            nearest = arith.select(
+                arith.cmpi(arith.CmpIPredicate.eq, prefixes, _c32(0)), _c32(lanes),
+                llvm.intr_cttz(prefixes, False))
+        else:
+            prefixes = arith.extui(_i32(), is_prefix)
+            nothing = arith.extui(_i32(), is_nothing)
+            nearest = arith.select(is_prefix, _c32(0), _c32(1))
+        # a tile nearer than the nearest prefix has published nothing yet: read again
+        below = arith.subi(arith.shli(_c64(1), arith.extui(_i64(), nearest)), _c64(1))
+        waiting = arith.cmpi(arith.CmpIPredicate.ne,
+                             arith.andi(arith.extui(_i64(), nothing), below), _c64(0))
+        mem.fence()      # the flags are read before the values they announce
+        lane32 = arith.trunci(_i32(), lane)
+        mine = arith.cmpi(arith.CmpIPredicate.ult, lane32, nearest)
+        own = alg.pack([mem.load(aggs, add_i(mul_i(tile, ci(w)), ci(e))) for e in range(w)])
+        e = alg.pack([arith.select(mine, x, y)
+                      for x, y in zip(own.values(), alg.identity().values(), strict=True)])
+        window = _ordered_reduce(alg, e, lane32, lanes)
+        acc2 = alg.combine(acc, window)
+        found = arith.cmpi(arith.CmpIPredicate.ne, prefixes, _c32(0))
+        kept = [arith.select(valid, mem.load(carries, add_i(mul_i(tile, ci(S)), ci(i))), h)
+                for i, h in enumerate(h0)]
+        if lanes > 1:
+            src = arith.minui(nearest, _c32(lanes - 1))
+            kept = [gpu.shuffle(v, src, _c32(WARP), gpu.ShuffleMode.IDX)[0] for v in kept]
+        state2 = alg.apply(acc2, kept)
+        go = arith.xori(waiting, arith.constant(i1, 1))
+        new_top = arith.select(waiting, top, arith.subi(top, _c64(lanes)))
+        new_done = arith.andi(go, found)
+        new_acc = [arith.select(go, x, y) for x, y in zip(acc2.values(), acc.values(),
+                                                           strict=True)]
+        new_state = [arith.select(new_done, x, y) for x, y in zip(state2, state, strict=True)]
+        scf.yield_([new_top, new_done, *new_acc, *new_state])
+    return list(loop.results)[2 + w:]
+
+
+def _ordered_reduce(alg: Algebra, e: Element, lane: Value, lanes: int) -> Element:
+    """``e_0 o e_1 o ... o e_{lanes-1}`` (lane 0 the latest tile) in every lane: a butterfly
+    of shuffles in which the lower lane of each pair is the later operand."""
+    x = e
+    d = 1
+    while d < lanes:
+        y = alg.pack([gpu.shuffle(v, _c32(d), _c32(WARP), gpu.ShuffleMode.XOR)[0]
+                      for v in x.values()])
+        upper = arith.cmpi(arith.CmpIPredicate.ne, arith.andi(lane, _c32(d)), _c32(0))
+        later = alg.pack([arith.select(upper, b, a) for a, b in zip(x.values(), y.values(),
+                                                                     strict=True)])
+        earlier = alg.pack([arith.select(upper, a, b) for a, b in zip(x.values(), y.values(),
+                                                                       strict=True)])
+        x = alg.combine(later, earlier)
+        d *= 2
+    return x

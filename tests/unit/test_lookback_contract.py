@@ -1,0 +1,76 @@
+"""The look-back grid's part of the kernel contract: its flags are a workspace the launcher
+zeroes before every launch, and its chunks are one tile or the whole sequence (a forced chunk
+in between is refused, never run wrong). Manifest fields of it from elsewhere are checked."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from explorer.runtime.contract import ArtifactError, ChunkRule, Machine, parse_kernels
+
+pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
+
+import explorer as ex  # noqa: E402
+
+AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(private_cache: None) -> None:
+    """Compiles of these tests' own: nothing they tamper with reaches another test."""
+
+
+def _kernels(grid: str) -> list[dict]:
+    # a copy: the tests below tamper with it
+    return copy.deepcopy(ex.compile(AFFINE, target="cuda", strategy="blelloch",
+                                    grid=grid).kernels)
+
+
+def test_the_lookback_is_one_kernel_with_flags_reset_before_each_launch():
+    (scan,) = parse_kernels([dict(k, ptx="kernel.ptx") for k in _kernels("lookback")])
+    reset = [a.name for a in scan.args if a.reset]
+    assert reset == ["tile_flags"]
+    rule = next(a.chunk_rule for a in scan.args if a.chunk_rule is not None)
+    assert rule.max_tiles == 1 and rule.min_tiles == 1
+    chunked = parse_kernels([dict(k, ptx="kernel.ptx") for k in _kernels("chunked")])
+    assert [k.name.rsplit("_", 1)[-1] for k in chunked] == ["reduce", "carry", "blelloch"]
+    assert not any(a.reset for k in chunked for a in k.args)
+
+
+def test_lookback_chunks_are_one_tile_or_the_whole_sequence():
+    rule = ChunkRule(tile=1024, min_tiles=1, fill=2.0, unchunked_from=1.0, max_tiles=1)
+    machine = Machine(132, 16)
+    assert rule.choose(1, 1, 2**26, machine) == 1024
+    assert rule.choose(1, 1, 1000, machine) == 1024
+    assert rule.choose(4096, 1, 2**20, machine) == 2**20        # enough sequences: whole
+    rule.check(1024, 2**20)
+    rule.check(512, 2**20)
+    rule.check(2**20, 2**20)
+    with pytest.raises(ValueError, match="at most 1024 steps"):
+        rule.check(3 * 1024, 2**20)
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("reset", "yes", "reset must be true or false"),
+    ("max_tiles", -1, "max_tiles must be a positive integer"),
+    ("max_tiles", 1.5, "max_tiles must be a positive integer"),
+    ("max_tiles", True, "max_tiles must be a positive integer"),
+])
+def test_tampered_lookback_fields_are_refused(field, value, match):
+    kernels = [dict(k, ptx="kernel.ptx") for k in _kernels("lookback")]
+    args = kernels[0]["args"]
+    if field == "reset":
+        next(a for a in args if a.get("reset"))["reset"] = value
+    else:
+        next(a for a in args if "chunk_rule" in a)["chunk_rule"]["max_tiles"] = value
+    with pytest.raises(ArtifactError, match=match):
+        parse_kernels(kernels)
+
+
+def test_reset_is_for_workspaces_only():
+    kernels = [dict(k, ptx="kernel.ptx") for k in _kernels("lookback")]
+    next(a for a in kernels[0]["args"] if a["role"] == "output")["reset"] = True
+    with pytest.raises(ArtifactError, match="is reset but is not a workspace"):
+        parse_kernels(kernels)
