@@ -4,10 +4,20 @@ sizes while a live plot fills in point by point.
 The kernel runs where the compiled object runs it (``compiled.device``: the GPU when there is
 one, otherwise the CPU path), and the panel says which. A sweep runs in a background thread so
 that the Stop button (handled by the kernel's main thread) can end it between two measurements.
+
+Only the kernel's thread touches the widgets. The front end answers every change of the plotly
+figure (trace and layout deltas), and ipywidgets applies each answer on the kernel's thread
+holding the figure's trait notifications; a change made by another thread inside that window is
+merged away (plotly sets ``_py2js_addTraces`` and resets it to None, so only the None is sent and
+the trace never reaches the browser). So the sweep thread measures, and hands each widget change
+to the kernel's event loop (``call_soon_threadsafe``); without a running loop (a script) it
+changes them itself. The panel never ignores a request silently: a sweep it cannot start says
+why in the status line.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import html
 import tempfile
@@ -29,6 +39,10 @@ RELATIVE_TOLERANCE = 1e-3
 """A run passes when every output's max relative error (float32 against float64) is below this."""
 
 SIZES = [2 ** k for k in range(6, 23)]
+
+#: the states a sweep's status line is in, each marked by a class ``sw-sweep-<state>`` (a reader
+#: of the page, such as the browser tests, can tell them apart)
+SWEEP_STATES = ("ready", "running", "done", "stopped", "error", "refused")
 
 
 @dataclass
@@ -145,6 +159,30 @@ def gpu_sweep(compiled: Compiled, sizes: list[int], channels: int, state_size: i
             yield Measurement(name, record.L, record.C, seconds, record.bytes, "cuda", extra)
 
 
+def status_html(state: str, text: str, color: str | None = None) -> str:
+    """The status line's markup: ``text`` in a span marked with the sweep's ``state``."""
+    if state not in SWEEP_STATES:
+        raise ValueError(f"unknown sweep state {state!r}")
+    style = f" style='color:{color}'" if color else ""
+    return f"<span class='sw-sweep-state sw-sweep-{state}'{style}>{html.escape(text)}</span>"
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running this thread (ipykernel's, in a notebook), or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _lengths_text(sizes: list[int]) -> str:
+    if not sizes:
+        return "no length"
+    if len(sizes) == 1:
+        return f"L = {sizes[0]:,} (1 length)"
+    return f"L = {sizes[0]:,} … {sizes[-1]:,} ({len(sizes)} lengths)"
+
+
 class RunPanel:
     """Controls, correctness table and live throughput plot for one compiled recurrence."""
 
@@ -168,6 +206,9 @@ class RunPanel:
                                                   index=(0, 10), description="sweep L",
                                                   layout=widgets.Layout(width="480px"),
                                                   style=style)
+        #: what the next sweep measures, as the kernel has the slider's range
+        self.range_info = widgets.HTML()
+        self.range_info.add_class("sw-sweep-range")
         self.sweep_button = widgets.Button(description="Sweep", icon="line-chart")
         self.stop_button = widgets.Button(description="Stop", icon="stop", button_style="danger",
                                           disabled=True)
@@ -179,7 +220,7 @@ class RunPanel:
             self.device,
             widgets.HBox([self.length, self.channels, self.state_size, self.run_button]),
             self.check,
-            widgets.HBox([self.sizes, self.sweep_button, self.stop_button]),
+            widgets.HBox([self.sizes, self.sweep_button, self.stop_button, self.range_info]),
             widgets.HBox([self.progress, self.status]),
             self.figure,
         ])
@@ -187,11 +228,19 @@ class RunPanel:
         self._compiled: Compiled | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: counts sweeps: a change handed to the loop by an earlier sweep's thread is dropped
+        self._generation = 0
         self.measurements: list[Measurement] = []
         self.last_check: list[dict[str, Any]] = []
+        #: the last progress line a sweep showed (also for code reading the panel)
+        self.last_progress = ""
+        self._last_end = ""
         self.run_button.on_click(lambda _b: self.run_and_check())
         self.sweep_button.on_click(lambda _b: self.sweep(wait=False))
         self.stop_button.on_click(lambda _b: self.stop())
+        self.sizes.observe(lambda _c: self._show_range(), names="value")
+        self._show_range()
+        self.status.value = status_html("ready", "compile a recurrence to sweep")
 
     @staticmethod
     def _make_figure() -> Any:
@@ -209,7 +258,12 @@ class RunPanel:
 
     # -- state -------------------------------------------------------------------------------
     def set_compiled(self, compiled: Compiled | None) -> None:
+        previous = self._compiled
         self._compiled = compiled
+        if compiled is None or previous is None or compiled.key != previous.key:
+            # the check table is about the kernel it ran: a new compile clears it
+            self.check.value = ""
+            self.last_check = []
         device = compiled.device if compiled is not None else "cpu"
         self.device.value = ("<div style='padding:4px 6px;background:#eef4ff;border-radius:3px'>"
                              f"<b>Runs on:</b> {html.escape(device_label(device))}</div>")
@@ -224,10 +278,33 @@ class RunPanel:
         self.length.layout.width = "160px" if timed else "330px"
         self.run_button.disabled = compiled is None
         self.sweep_button.disabled = compiled is None or self.running
+        self._show_range()
+        if not self.running:
+            self.status.value = status_html(
+                "ready", "press Sweep to time the kernel" if compiled is not None
+                else "compile a recurrence to sweep")
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def chosen_sizes(self) -> list[int]:
+        """The lengths in the slider's range."""
+        low, high = self.sizes.value
+        return [s for s in SIZES if low <= s <= high]
+
+    def _show_range(self) -> None:
+        """Beside the slider: what the Sweep button would measure, as the kernel has it (the
+        page's slider may be ahead of the kernel while its change is on the way)."""
+        where = ""
+        if self._compiled is not None:
+            where = " on the GPU" if self._compiled.device == "cuda" else " on the CPU"
+        self.range_info.value = (f"<span style='color:#555'>"
+                                 f"{html.escape(_lengths_text(self.chosen_sizes()))}{where}"
+                                 "</span>")
+
+    def _refuse(self, why: str) -> None:
+        self.status.value = status_html("refused", why, "#a00")
 
     # -- run and check -----------------------------------------------------------------------
     def run_and_check(self) -> list[dict[str, Any]]:
@@ -236,6 +313,9 @@ class RunPanel:
 
         compiled = self._compiled
         if compiled is None:
+            self.check.value = ("<pre class='sw-check-error' style='color:#a00'>nothing is "
+                                "compiled: fix the recurrence above, then run</pre>")
+            self.last_check = []
             return []
         try:
             arrays, expected = bounded_inputs(compiled.recurrence, explorer.reference,
@@ -249,7 +329,8 @@ class RunPanel:
             seconds = time.perf_counter() - start
             rows = compare(result, expected, compiled.form.outputs)
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
-            self.check.value = ("<pre style='color:#a00;white-space:pre-wrap'>"
+            self.check.value = ("<pre class='sw-check-error' style='color:#a00;"
+                                "white-space:pre-wrap'>"
                                 f"{html.escape(type(err).__name__ + ': ' + str(err))}</pre>")
             self.last_check = []
             return []
@@ -311,24 +392,35 @@ class RunPanel:
         """Time every length in ``sizes`` (default: the slider's range) and plot as points arrive.
 
         ``wait=False`` (the Sweep button) runs in a background thread; ``wait=True`` returns when
-        the sweep is done (for scripts and notebooks run top to bottom).
+        the sweep is done (for scripts and notebooks run top to bottom). A sweep that cannot
+        start (nothing compiled, one already running, no length chosen) says why in the status
+        line.
         """
         compiled = self._compiled
-        if compiled is None or self.running:
+        if compiled is None:
+            self._refuse("nothing is compiled: fix the recurrence above, then press Sweep")
+            return
+        if self.running:
+            self._refuse("a sweep is already running: press Stop to end it, then Sweep again")
             return
         if sizes is None:
-            low, high = self.sizes.value
-            sizes = [s for s in SIZES if low <= s <= high]
+            sizes = self.chosen_sizes()
+        sizes = list(sizes)
+        if not sizes:
+            self._refuse("no length to sweep: widen the range of sweep L")
+            return
         try:
             # build the runner here, on the kernel's thread: on the CPU path that compiles the
             # host module, which must not race with a compile started from the controls
             compiled.runner(compiled.device)
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
-            self.status.value = ("<span style='color:#a00'>"
-                                 f"{html.escape(type(err).__name__ + ': ' + str(err))}</span>")
+            self.status.value = status_html("error", f"{type(err).__name__}: {err}", "#a00")
+            self.progress.bar_style = "danger"
             return
+        self._generation += 1
         self._stop.clear()
         self.measurements = []
+        self.last_progress = ""
         with self.figure.batch_update():
             self.figure.data = ()
             device = "GPU" if compiled.device == "cuda" else "CPU"
@@ -339,51 +431,85 @@ class RunPanel:
         self.progress.bar_style = "info"
         self.sweep_button.disabled = True
         self.stop_button.disabled = False
-        self.status.value = "starting"
+        self.status.value = status_html("running", f"starting: {_lengths_text(sizes)}")
+        post = self._poster(self._generation, None if wait else _running_loop())
         if wait:
-            self._sweep(compiled, sizes)
+            self._sweep(compiled, sizes, post)
         else:
-            self._thread = threading.Thread(target=self._sweep, args=(compiled, sizes),
+            self._thread = threading.Thread(target=self._sweep, args=(compiled, sizes, post),
                                             daemon=True, name="explorer-sweep")
             self._thread.start()
 
-    def _sweep(self, compiled: Compiled, sizes: list[int]) -> None:
-        finished = False
+    def _poster(self, generation: int, loop: asyncio.AbstractEventLoop | None
+                ) -> Callable[[Callable[[], None]], None]:
+        """How the sweep changes the widgets: on ``loop``'s thread (the kernel's) when there is
+        one, else right away; changes of an earlier sweep are dropped."""
+        def apply(change: Callable[[], None]) -> None:
+            if generation == self._generation:
+                change()
+
+        def post(change: Callable[[], None]) -> None:
+            if loop is None or loop.is_closed():
+                apply(change)
+                return
+            try:
+                loop.call_soon_threadsafe(apply, change)
+            except RuntimeError:   # the loop closed meanwhile (the kernel is shutting down)
+                apply(change)
+
+        return post
+
+    def _show_measurement(self, record: Measurement, done: int, total: int) -> None:
+        self._add_point(record)
+        self.progress.value = min(done, total)
+        where = f"L = {record.length:,} ({min(done, total)} of {total} lengths)"
+        if record.extra.get("status", "ok") != "ok":
+            line = f"{where}: {record.name}: {record.extra.get('reason')}"
+        else:
+            line = (f"{where}: {record.name}: {record.seconds * 1e3:.3f} ms, "
+                    f"{record.gigabytes_per_second:.2f} GB/s")
+        self.last_progress = line
+        self.status.value = status_html("running", line)
+
+    def _show_end(self, state: str, text: str) -> None:
+        self.sweep_button.disabled = self._compiled is None
+        self.stop_button.disabled = True
+        self.progress.bar_style = {"done": "success", "stopped": "warning"}.get(state, "danger")
+        self.status.value = status_html(state, text, "#a00" if state == "error" else None)
+        self._last_end = text
+
+    def _sweep(self, compiled: Compiled, sizes: list[int],
+               post: Callable[[Callable[[], None]], None]) -> None:
+        state, text = "error", "the sweep ended unexpectedly"
         try:
+            lengths: set[int] = set()
             for record in self._records(compiled, sizes):
                 self.measurements.append(record)
-                self._add_point(record)
-                done = len({m.length for m in self.measurements})
-                self.progress.value = min(done, len(sizes))
-                if record.extra.get("status", "ok") != "ok":
-                    self.status.value = html.escape(
-                        f"{record.name}: L={record.length:,}: {record.extra.get('reason')}")
-                else:
-                    self.status.value = html.escape(
-                        f"{record.name}: L={record.length:,}: {record.seconds * 1e3:.3f} ms, "
-                        f"{record.gigabytes_per_second:.2f} GB/s")
+                lengths.add(record.length)
+                post(functools.partial(self._show_measurement, record, len(lengths),
+                                       len(sizes)))
                 if self._stop.is_set():
                     break
-            finished = not self._stop.is_set()
+            if self._stop.is_set():
+                state, text = "stopped", f"stopped after {len(self.measurements)} measurements"
+            else:
+                state, text = "done", f"done: {len(self.measurements)} measurements"
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
-            self.status.value = ("<span style='color:#a00'>"
-                                 f"{html.escape(type(err).__name__ + ': ' + str(err))}</span>")
-            self.progress.bar_style = "danger"
-            return
+            state, text = "error", (f"{type(err).__name__}: {err} (after "
+                                    f"{len(self.measurements)} measurements)")
         finally:
-            self.sweep_button.disabled = False
-            self.stop_button.disabled = True
-        self.progress.bar_style = "success" if finished else "warning"
-        if not finished:
-            self.status.value = f"stopped after {len(self.measurements)} measurements"
-        else:
-            self.status.value = f"done: {len(self.measurements)} measurements"
+            post(functools.partial(self._show_end, state, text))
 
     def stop(self) -> None:
         """Ask a running sweep to end after the measurement in progress."""
+        if not self.running:
+            last = f" (the last one: {self._last_end})" if self._last_end else ""
+            self._refuse(f"no sweep is running{last}")
+            return
         self._stop.set()
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for a background sweep to end."""
+        """Wait for a background sweep to end. (In a notebook its last changes to the widgets
+        reach them when the kernel's loop runs again, after the cell that waits.)"""
         if self._thread is not None:
             self._thread.join(timeout)

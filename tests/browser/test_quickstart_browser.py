@@ -176,26 +176,143 @@ def test_a_bad_recurrence_shows_its_error_in_the_widget(page: Any, output_dir: P
                            timeout=60_000)
 
 
+RUN_PANEL_STATE_JS = """
+() => {
+  const panel = document.querySelector('.sw-explorer .sw-run-panel');
+  if (!panel) { return {points: 0, state: 'missing', status: 'no run panel on the page'}; }
+  const status = panel.querySelector('.sw-sweep-state');
+  const state = status ? [...status.classList].find(
+    (c) => c.startsWith('sw-sweep-') && c !== 'sw-sweep-state').slice('sw-sweep-'.length) : null;
+  const bar = panel.querySelector('.widget-progress .progress-bar');
+  const shell = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const context = shell && shell.sessionContext;
+  const kernel = context && context.session && context.session.kernel;
+  const check = panel.querySelector('.sw-check-error, table');
+  return {
+    points: panel.querySelectorAll('.js-plotly-plot .scatterlayer .trace .points path').length,
+    state,
+    status: status ? status.innerText : '(no status line)',
+    progress: bar ? bar.style.width : '(no progress bar)',
+    check: check ? check.innerText : '(no check shown)',
+    kernel: kernel ? kernel.status : 'no kernel',
+  };
+}
+"""
+
+SWEEP_ENDED_JS = f"""
+(points) => {{
+  const s = ({RUN_PANEL_STATE_JS})();
+  return s.points >= points || ['done', 'stopped', 'error', 'refused', 'missing'].includes(s.state)
+    || ['dead', 'autorestarting', 'restarting', 'no kernel'].includes(s.kernel);
+}}
+"""
+
+
+def _run_panel_state(page: Any) -> dict[str, Any]:
+    return dict(page.evaluate(RUN_PANEL_STATE_JS))
+
+
+def _describe(state: dict[str, Any]) -> str:
+    return (f"sweep {state.get('state')}: status {state.get('status')!r}, progress "
+            f"{state.get('progress')}, {state.get('points')} points on the plot, kernel "
+            f"{state.get('kernel')}, check table {state.get('check')!r}")
+
+
+def _wait_for_sweep(page: Any, points: int, timeout_ms: int = 240_000) -> dict[str, Any]:
+    """Wait until the plot shows ``points`` points or the sweep has ended (done, stopped, an
+    error, refused, or the kernel died), and return what the panel shows; a timeout says the
+    same in its message."""
+    try:
+        page.wait_for_function(SWEEP_ENDED_JS, arg=points, timeout=timeout_ms)
+    except Exception as err:  # noqa: BLE001 - the panel's state says more than the timeout
+        raise AssertionError(f"the sweep neither plotted {points} points nor ended within "
+                             f"{timeout_ms / 1000:.0f} s: {_describe(_run_panel_state(page))}"
+                             ) from err
+    return _run_panel_state(page)
+
+
+LENGTHS_IN_STATUS_JS = """
+() => {
+  const range = document.querySelector('.sw-explorer .sw-run-panel .sw-sweep-range');
+  const found = range && /\\((\\d+) lengths?\\)/.exec(range.innerText);
+  return found ? Number(found[1]) : -1;
+}
+"""
+
+
+def _set_sweep_range(page: Any, lengths: int) -> None:
+    """Move the upper handle of 'sweep L' with the keyboard, a step at a time, until the
+    kernel says (beside the slider) that the next sweep covers ``lengths`` lengths: the range
+    the Sweep button uses is the kernel's, so each step waits for the kernel to have it."""
+    panel = page.locator(f"{EXPLORER} .sw-run-panel")
+    handle = panel.locator(".widget-hslider .noUi-handle").last
+    for _ in range(len(SWEEP_SIZES)):
+        now = page.evaluate(LENGTHS_IN_STATUS_JS)
+        if now == lengths:
+            return
+        if now < 0:
+            break
+        handle.focus()
+        page.keyboard.press("ArrowLeft" if now > lengths else "ArrowRight")
+        try:
+            page.wait_for_function(f"({LENGTHS_IN_STATUS_JS})() !== {now}", timeout=30_000)
+        except Exception:  # noqa: BLE001 - said below
+            break
+    raise AssertionError(f"could not set the sweep to {lengths} lengths: "
+                         f"{_describe(_run_panel_state(page))}")
+
+
+SWEEP_SIZES = [2 ** k for k in range(6, 23)]   # explorer.widget.run.SIZES
+
+
 def test_the_plot_receives_points(page: Any, output_dir: Path) -> None:
     _tab(page, "Run")
     panel = page.locator(f"{EXPLORER} .sw-run-panel")
+    # whatever the test before left running (a compile) ends first
+    page.wait_for_function(KERNEL_IDLE_JS, timeout=120_000)
     panel.locator("button", has_text="Run and check").click()
     page.wait_for_function(
-        "/PASS|FAIL/.test(document.querySelector('.sw-explorer .sw-run-panel').innerText)",
+        "/PASS|FAIL/.test(document.querySelector('.sw-explorer .sw-run-panel').innerText)"
+        " || document.querySelector('.sw-explorer .sw-run-panel .sw-check-error') !== null",
         timeout=120_000)
-    assert "PASS" in panel.inner_text()
+    state = _run_panel_state(page)
+    assert "PASS" in panel.inner_text(), _describe(state)
     assert "CPU" in panel.inner_text() or "GPU" in panel.inner_text()
+    # a short sweep: three lengths from L = 64; on the CPU two methods (the compiled kernel and
+    # the float64 reference), so six points
+    _set_sweep_range(page, 3)
     panel.locator("button", has_text="Sweep").click()
-    points = panel.locator(".js-plotly-plot .scatterlayer .trace .points path")
-    page.wait_for_function(
-        "document.querySelectorAll('.sw-explorer .sw-run-panel .js-plotly-plot "
-        ".scatterlayer .trace .points path').length >= 3", timeout=240_000)
-    assert points.count() >= 3
-    panel.locator("button", has_text="Stop").click()
-    page.wait_for_function(
-        "/stopped|done/.test(document.querySelector('.sw-explorer .sw-run-panel').innerText)",
-        timeout=240_000)
+    state = _wait_for_sweep(page, points=3)
+    assert state["points"] >= 3 or state["state"] == "done", _describe(state)
+    state = _wait_for_sweep(page, points=10 ** 6)   # to its end
+    assert state["state"] == "done", _describe(state)
+    measured = int(state["status"].split("done: ")[1].split()[0])
+    assert measured >= 3, _describe(state)
+    if "CPU" in page.locator(f"{EXPLORER} .sw-run-panel").inner_text():
+        expected = measured   # every CPU measurement is a point
+    else:
+        expected = 3          # the GPU's roofline is a line without markers
+    try:   # the plot may draw its last points after the status line changed
+        page.wait_for_function(
+            "(n) => document.querySelectorAll('.sw-explorer .sw-run-panel .js-plotly-plot "
+            ".scatterlayer .trace .points path').length >= n", arg=expected, timeout=30_000)
+    except Exception as err:  # noqa: BLE001 - the panel's state says more
+        raise AssertionError(f"{expected} points expected on the plot: "
+                             f"{_describe(_run_panel_state(page))}") from err
     page.locator(EXPLORER).screenshot(path=str(output_dir / "09-run-sweep.png"))
+
+
+def test_stop_ends_a_sweep(page: Any) -> None:
+    panel = page.locator(f"{EXPLORER} .sw-run-panel")
+    _set_sweep_range(page, 11)   # L = 64 ... 65,536: some seconds at least
+    panel.locator("button", has_text="Sweep").click()
+    state = _wait_for_sweep(page, points=1)
+    assert state["points"] >= 1 or state["state"] == "running", _describe(state)
+    panel.locator("button", has_text="Stop").click()
+    page.wait_for_function(SWEEP_ENDED_JS, arg=10 ** 6, timeout=240_000)
+    state = _run_panel_state(page)
+    assert state["state"] == "stopped", _describe(state)
+    assert "stopped after" in state["status"], _describe(state)
 
 
 def test_switching_passes_of_a_larger_recurrence(page: Any, output_dir: Path) -> None:

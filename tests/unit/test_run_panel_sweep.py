@@ -1,0 +1,179 @@
+"""The run panel's sweep against a kernel that is also listening to the browser.
+
+In a notebook the Sweep button starts a background thread, while the kernel's own thread keeps
+handling messages from the browser; plotly's front end answers every change of the figure (the
+trace and layout deltas), and ipywidgets applies each answer holding the figure's trait
+notifications. A change made by another thread inside that window is merged away: plotly's
+``_py2js_addTraces`` message is set and reset to None, so only the None is sent and the trace
+never reaches the browser (the CI failure of the quickstart's sweep test). These tests run the
+sweep under an event loop the way ipykernel does and check that every widget change is made on
+the loop's thread, that no trace is lost, and that the panel says why whenever it does not
+sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("plotly")
+pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
+
+import explorer as ex  # noqa: E402
+from explorer.widget.run import RunPanel  # noqa: E402
+
+AFFINE = ex.PRESETS["affine scan"]
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Any:
+    return ex.compile(AFFINE, target="cpu")
+
+
+def _panel(compiled: Any) -> RunPanel:
+    panel = RunPanel()
+    panel.set_compiled(compiled)
+    panel.channels.value = 4
+    return panel
+
+
+def _added_traces(panel: RunPanel) -> list[str]:
+    """Record the names of the traces whose addTraces message the figure really sends."""
+    sent: list[str] = []
+    send = panel.figure._send
+
+    def capture(msg: dict[str, Any], buffers: Any = None) -> Any:
+        message = msg.get("state", {}).get("_py2js_addTraces")
+        if message:
+            sent.extend(trace.get("name") for trace in message["trace_data"])
+        return send(msg, buffers)
+
+    panel.figure._send = capture
+    return sent
+
+
+def _run_like_a_kernel(panel: RunPanel, start: Any, answer_browser: bool = True) -> list[str]:
+    """Call ``start()`` inside a running event loop (as ipykernel calls a button's handler),
+    then keep the loop's thread busy the way the kernel is while a sweep runs: applying the
+    front end's answers to the figure, each inside ``hold_trait_notifications``. Returns the
+    names of the threads that changed the figure."""
+    threads: list[str] = []
+    add_point = panel._add_point
+
+    def recording(record: Any) -> None:
+        threads.append(threading.current_thread().name)
+        add_point(record)
+
+    panel._add_point = recording  # type: ignore[method-assign]
+
+    async def kernel() -> None:
+        start()
+        deadline = time.monotonic() + 120
+        while (panel.running or panel.sweep_button.disabled) and time.monotonic() < deadline:
+            if answer_browser:
+                with panel.figure.hold_trait_notifications():
+                    time.sleep(0.002)   # a layout delta being applied
+            await asyncio.sleep(0.001)
+
+    asyncio.run(kernel())
+    return threads
+
+
+def test_no_trace_is_lost_while_the_kernel_handles_the_browser(compiled: Any) -> None:
+    panel = _panel(compiled)
+    sent = _added_traces(panel)
+    threads = _run_like_a_kernel(panel, lambda: panel.sweep([64, 128, 256, 512], wait=False))
+    assert not panel.running
+    names = {m.name for m in panel.measurements}
+    assert len(names) == 2, names   # the compiled kernel and the float64 reference
+    assert sorted(sent) == sorted(names), (sent, names)
+    assert [t.name for t in panel.figure.data] == sent
+    for trace in panel.figure.data:
+        assert list(trace.x) == [64, 128, 256, 512]
+    # every change of the figure was made on the loop's (the kernel's) thread
+    assert threads and set(threads) == {threading.main_thread().name}
+    assert "done: 8 measurements" in panel.status.value
+    assert panel.progress.value == 4 and panel.progress.bar_style == "success"
+    assert not panel.sweep_button.disabled and panel.stop_button.disabled
+
+
+def test_stop_from_the_kernel_thread(compiled: Any) -> None:
+    panel = _panel(compiled)
+    sizes = [2 ** k for k in range(6, 22)]
+
+    def start_then_stop() -> None:
+        panel.sweep(sizes, wait=False)
+        panel.stop()
+
+    _run_like_a_kernel(panel, start_then_stop, answer_browser=False)
+    assert len({m.length for m in panel.measurements}) < len(sizes)
+    assert "stopped after" in panel.status.value
+    assert panel.progress.bar_style == "warning"
+
+
+def test_nothing_compiled_says_why() -> None:
+    panel = RunPanel()
+    panel.sweep([64], wait=True)
+    assert "nothing is compiled" in panel.status.value
+    assert "sw-sweep-refused" in panel.status.value
+    assert panel.run_and_check() == []
+    assert "nothing is compiled" in panel.check.value
+
+
+def test_stop_with_no_sweep_says_so(compiled: Any) -> None:
+    panel = _panel(compiled)
+    panel.stop()
+    assert "no sweep is running" in panel.status.value
+    panel.sweep([64], wait=True)
+    panel.stop()
+    assert "no sweep is running (the last one: done: 2 measurements)" in panel.status.value
+    panel.sweep([64], wait=True)   # a stop asked with no sweep running does not stop the next
+    assert "done: 2 measurements" in panel.status.value
+
+
+def test_a_second_sweep_while_one_runs_says_why(compiled: Any) -> None:
+    panel = _panel(compiled)
+    messages: list[str] = []
+
+    def start_twice() -> None:
+        panel.sweep([2 ** k for k in range(10, 22)], wait=False)
+        panel.sweep([64], wait=False)
+        messages.append(panel.status.value)
+        panel.stop()
+
+    _run_like_a_kernel(panel, start_twice, answer_browser=False)
+    assert "already running" in messages[0]
+
+
+def test_an_empty_range_says_why(compiled: Any) -> None:
+    panel = _panel(compiled)
+    panel.sweep([], wait=True)
+    assert "no length" in panel.status.value
+    assert panel.measurements == []
+
+
+def test_the_panel_says_what_the_next_sweep_covers(compiled: Any) -> None:
+    panel = _panel(compiled)
+    panel.sizes.index = (0, 2)
+    assert "L = 64 … 256 (3 lengths) on the CPU" in panel.range_info.value
+    panel.sweep(wait=True)
+    assert {m.length for m in panel.measurements} == {64, 128, 256}
+    assert "done: 6 measurements" in panel.status.value
+    # each step said where it was
+    assert "(3 of 3 lengths)" in panel.last_progress
+
+
+def test_a_new_compile_clears_the_check(compiled: Any) -> None:
+    panel = _panel(compiled)
+    panel.length.value = 64
+    rows = panel.run_and_check()
+    assert panel.passed(rows) and "PASS" in panel.check.value
+    panel.set_compiled(compiled)   # the same compile again: the check still holds
+    assert "PASS" in panel.check.value
+    panel.set_compiled(ex.compile(ex.PRESETS["affine scan"], target="cpu", block_size=64))
+    assert panel.check.value == ""
