@@ -148,7 +148,9 @@ def options_for(options: Options, plan: Any) -> Options:
         return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse)
     return replace(options, strategy=plan.tree, block_size=plan.threads,
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
-                   reverse=reverse, grid=plan.grid.scheme)
+                   reverse=reverse, grid=plan.grid.scheme,
+                   lookback_tiles=(plan.lookback.tiles_per_lane if plan.lookback is not None
+                                   else options.lookback_tiles))
 
 
 def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,

@@ -8,12 +8,14 @@ several tiles, after its block tree has the tile's aggregate:
 
 1. thread 0 publishes the aggregate (``chunk_aggregates``), a device-scope fence, then the flag
    1 (``tile_flags``, zeroed by the launcher before every launch);
-2. warp 0 looks back over the tiles before ``k``, 32 at a time (lane ``i`` reads tile
-   ``top - i``): a ballot finds the nearest tile whose flag is 2 (it has published the state
-   after it, ``chunk_carries``); if a tile before that one has published nothing yet the warp
-   reads the window again; otherwise the aggregates of the tiles before the nearest 2 are
-   composed in order across the lanes with shuffles, and the walk stops at the 2 (tile -1 stands
-   for the initial state) or moves 32 tiles further back;
+2. warp 0 looks back over the tiles before ``k``, ``32 * m`` at a time (``scan.lookback``:
+   lane ``i`` reads the m tiles ``top - i*m - r``): a ballot finds the nearest tile whose flag
+   is 2 (it has published the state after it, ``chunk_carries``); if a tile nearer than that
+   one has published nothing yet the warp sleeps a little and reads the window again;
+   otherwise the aggregates of the tiles nearer than the nearest 2 are composed in order, in
+   each lane and then across the lanes with shuffles, and the walk stops at the 2 (tile -1
+   stands for the initial state) or moves ``32 * m`` tiles further back. The walk keeps up
+   only if a window spans the tiles that finish during one round trip to memory;
 3. lane 0 publishes the state after the tile (flag 2) and hands the state before it to the
    block through workgroup memory; the block applies it to its elements as a carry.
 
@@ -39,6 +41,8 @@ from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS
 
 #: the flags a block publishes for its tile
 NOTHING, AGGREGATE, PREFIX = 0.0, 1.0, 2.0
+#: nanoseconds the look-back warp sleeps before reading a window again
+BACKOFF_NS = 100
 
 
 def _i64() -> IntegerType:
@@ -166,15 +170,16 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,
           h0: list[Value], flags: Value, aggs: Value, carries: Value) -> list[Value]:
     """The state before tile ``k`` of the sequence whose tile 0 is ``first_tile``, looking back
-    ``lanes`` tiles at a time (lane ``i`` reads tile ``top - i``; tile -1 is the initial state).
-    Every lane of the warp runs this; every lane gets the state."""
+    ``lanes * m`` tiles per round trip (``m = tiles_per_lane``; lane ``i`` reads the tiles
+    ``top - i*m - r``, r < m; tile -1 stands for the initial state). Every lane of the warp
+    runs this, and every lane gets the state."""
     alg = gen.alg
     w, S = alg.width, alg.S
+    m = gen.options.lookback_tiles
     i1 = IntegerType.get_signless(1)
     types = [_i64(), i1, *([f32()] * (w + S))]
     top0 = arith.subi(arith.index_cast(_i64(), k), _c64(1))
-    false = arith.constant(i1, 0)
-    inits = [top0, false, *alg.identity().values(), *h0]
+    inits = [top0, arith.constant(i1, 0), *alg.identity().values(), *h0]
     loop = scf.WhileOp(types, inits)
     before = loop.before.blocks.append(*types)
     with InsertionPoint(before):
@@ -184,43 +189,67 @@ def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: 
     with InsertionPoint(after):
         top, _, *rest = list(after.arguments)
         acc, state = alg.pack(rest[:w]), rest[w:]
-        j = arith.subi(top, lane)
-        valid = arith.cmpi(arith.CmpIPredicate.sge, j, _c64(0))
-        tile = add_i(first_tile, arith.index_cast(index(), arith.maxsi(j, _c64(0))))
-        flag = arith.select(valid, mem.load(flags, tile), cf(PREFIX))
-        is_prefix = arith.cmpf(arith.CmpFPredicate.OEQ, flag, cf(PREFIX))
-        is_nothing = arith.cmpf(arith.CmpFPredicate.OEQ, flag, cf(NOTHING))
+        base = arith.subi(top, arith.muli(lane, _c64(m)))
+
+        def tile_of(j: Value) -> Value:
+            return add_i(first_tile, arith.index_cast(index(), arith.maxsi(j, _c64(0))))
+        js = [arith.subi(base, _c64(r)) for r in range(m)]
+        # the m flags go out together: one round trip
+        flag = [arith.select(arith.cmpi(arith.CmpIPredicate.sge, j, _c64(0)),
+                             mem.load(flags, tile_of(j)), cf(PREFIX)) for j in js]
+        is_prefix = [arith.cmpf(arith.CmpFPredicate.OEQ, f, cf(PREFIX)) for f in flag]
+        is_nothing = [arith.cmpf(arith.CmpFPredicate.OEQ, f, cf(NOTHING)) for f in flag]
+        # this lane's nearest prefix (m: none), and whether a tile nearer has published nothing
+        own = _c64(m)
+        for r in reversed(range(m)):
+            own = arith.select(is_prefix[r], _c64(r), own)
+        blocked = arith.constant(i1, 0)
+        for r in range(m):
+            nearer = arith.cmpi(arith.CmpIPredicate.slt, _c64(r), own)
+            blocked = arith.ori(blocked, arith.andi(is_nothing[r], nearer))
+        has_prefix = arith.cmpi(arith.CmpIPredicate.slt, own, _c64(m))
+        lane32 = arith.trunci(_i32(), lane)
         if lanes > 1:
-            prefixes = nvvm.vote_sync(_i32(), _c32(-1), is_prefix, nvvm.VoteSyncKind.ballot)
-            nothing = nvvm.vote_sync(_i32(), _c32(-1), is_nothing, nvvm.VoteSyncKind.ballot)
+            prefixes = nvvm.vote_sync(_i32(), _c32(-1), has_prefix, nvvm.VoteSyncKind.ballot)
+            waits = nvvm.vote_sync(_i32(), _c32(-1), blocked, nvvm.VoteSyncKind.ballot)
             nearest = arith.select(
                 arith.cmpi(arith.CmpIPredicate.eq, prefixes, _c32(0)), _c32(lanes),
                 llvm.intr_cttz(prefixes, False))
         else:
-            prefixes = arith.extui(_i32(), is_prefix)
-            nothing = arith.extui(_i32(), is_nothing)
-            nearest = arith.select(is_prefix, _c32(0), _c32(1))
-        # a tile nearer than the nearest prefix has published nothing yet: read again
-        below = arith.subi(arith.shli(_c64(1), arith.extui(_i64(), nearest)), _c64(1))
+            prefixes = arith.extui(_i32(), has_prefix)
+            waits = arith.extui(_i32(), blocked)
+            nearest = arith.select(has_prefix, _c32(0), _c32(1))
+        # read again while a lane up to the nearest prefix is blocked
+        upto = arith.subi(arith.shli(_c64(2), arith.extui(_i64(), nearest)), _c64(1))
         waiting = arith.cmpi(arith.CmpIPredicate.ne,
-                             arith.andi(arith.extui(_i64(), nothing), below), _c64(0))
+                             arith.andi(arith.extui(_i64(), waits), upto), _c64(0))
+        if lanes > 1:
+            # back off while tiles are still being scanned: spinning warps would take memory
+            # bandwidth from the blocks that are loading theirs
+            if_then(waiting, lambda: nvvm.nanosleep(_c32(BACKOFF_NS)))
         mem.fence()      # the flags are read before the values they announce
-        lane32 = arith.trunci(_i32(), lane)
-        mine = arith.cmpi(arith.CmpIPredicate.ult, lane32, nearest)
-        own = alg.pack([mem.load(aggs, add_i(mul_i(tile, ci(w)), ci(e))) for e in range(w)])
-        e = alg.pack([arith.select(mine, x, y)
-                      for x, y in zip(own.values(), alg.identity().values(), strict=True)])
+        # the lane's tiles before its nearest prefix, composed (the lanes after the warp's
+        # nearest prefix contribute nothing)
+        counts = arith.cmpi(arith.CmpIPredicate.ule, lane32, nearest)
+        e = alg.identity()
+        for r, j in enumerate(js):
+            mine = arith.andi(counts, arith.cmpi(arith.CmpIPredicate.slt, _c64(r), own))
+            t = [mem.load(aggs, add_i(mul_i(tile_of(j), ci(w)), ci(q))) for q in range(w)]
+            e = alg.combine(e, alg.pack([arith.select(mine, x, y) for x, y in
+                                         zip(t, alg.identity().values(), strict=True)]))
         window = _ordered_reduce(alg, e, lane32, lanes)
         acc2 = alg.combine(acc, window)
         found = arith.cmpi(arith.CmpIPredicate.ne, prefixes, _c32(0))
-        kept = [arith.select(valid, mem.load(carries, add_i(mul_i(tile, ci(S)), ci(i))), h)
-                for i, h in enumerate(h0)]
+        jp = arith.subi(base, arith.minsi(own, _c64(m - 1)))
+        valid = arith.cmpi(arith.CmpIPredicate.sge, jp, _c64(0))
+        kept = [arith.select(valid, mem.load(carries, add_i(mul_i(tile_of(jp), ci(S)), ci(i))),
+                             h) for i, h in enumerate(h0)]
         if lanes > 1:
             src = arith.minui(nearest, _c32(lanes - 1))
             kept = [gpu.shuffle(v, src, _c32(WARP), gpu.ShuffleMode.IDX)[0] for v in kept]
         state2 = alg.apply(acc2, kept)
         go = arith.xori(waiting, arith.constant(i1, 1))
-        new_top = arith.select(waiting, top, arith.subi(top, _c64(lanes)))
+        new_top = arith.select(waiting, top, arith.subi(top, _c64(lanes * m)))
         new_done = arith.andi(go, found)
         new_acc = [arith.select(go, x, y) for x, y in zip(acc2.values(), acc.values(),
                                                            strict=True)]

@@ -55,6 +55,10 @@ class Options:
     #: but is latency-bound as it stands (measured on an H100, C=1, L=2**26: 0.23 of a copy
     #: against 0.57 for the chunked scan), so it is not the default yet
     grid: str = "chunked"
+    #: tiles each lane of the look-back warp examines per round trip (the window is 32 times
+    #: this): the walk keeps up with the tiles arriving only if a window spans the tiles that
+    #: finish during one round trip to L2
+    lookback_tiles: int = 8
 
     @property
     def tile(self) -> int:
@@ -91,7 +95,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if target not in TARGETS:
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
-             "reverse", "grid"}
+             "reverse", "grid", "lookback_tiles"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -118,6 +122,9 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     grid = options.get("grid", defaults.grid)
     if grid not in GRIDS:
         raise OptionError(f"unknown grid {grid!r}; choose one of {', '.join(GRIDS)}")
+    lookback_tiles = _power_of_two(options.get("lookback_tiles", defaults.lookback_tiles),
+                                   "lookback_tiles", 1, 16)
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
-                   opt_level=opt_level, reverse=reverse, grid=grid)
+                   opt_level=opt_level, reverse=reverse, grid=grid,
+                   lookback_tiles=lookback_tiles)

@@ -35,6 +35,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "sweep": ("phase", "stride", "active"),
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),
     "warp_tile": ("sequences", "steps"),
+    "lookback": ("lanes", "tiles_per_lane"),
 }
 
 #: the dialect in IRDL: every attribute present, of any kind (the passes check their values)

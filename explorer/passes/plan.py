@@ -18,7 +18,9 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   then the state after it; a block takes the state before its tile by looking back over the
   tiles before it, a warp at a time: Merrill and Garland's decoupled look-back), or
   ``chunked``: chunks of whole tiles (reduce each chunk, carry across chunks, rescan from the
-  carry: the inputs are read twice), the chunk length chosen per call by this rule.
+  carry: the inputs are read twice), the chunk length chosen per call by this rule;
+* ``scan.lookback {lanes = 32, tiles_per_lane}`` (look-back grids only): the warp that looks
+  back examines ``lanes * tiles_per_lane`` tiles per round trip to memory.
 
 The ``sequential`` strategy has ``scan.warp_tile {sequences = 32, steps}`` (a warp stages 32
 sequences x ``steps`` time steps through shared memory, coalesced, then each thread walks its
@@ -67,6 +69,15 @@ class Grid:
 
 
 @dataclass(frozen=True)
+class Lookback:
+    """How far the look-back sees per round trip: ``lanes`` lanes of a warp, each examining
+    ``tiles_per_lane`` consecutive tiles."""
+
+    lanes: int
+    tiles_per_lane: int
+
+
+@dataclass(frozen=True)
 class Plan:
     """The plan as read from the IR."""
 
@@ -77,6 +88,7 @@ class Plan:
     sweeps: tuple[Sweep, ...]
     grid: Grid
     tile_steps: int = 0           # sequential: time steps of a warp tile
+    lookback: Lookback | None = None   # look-back grids only
 
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
@@ -130,8 +142,12 @@ def choose_plan(form: Any, options: Any) -> Plan:
         grid = (Grid("lookback", direction, o.tile, 1, CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM)
                 if o.grid == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
+        from explorer.codegen.threads import WARP
+
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
-                    sweeps_of(o.strategy, o.block_size), grid)
+                    sweeps_of(o.strategy, o.block_size), grid,
+                    lookback=(Lookback(WARP, o.lookback_tiles) if grid.scheme == "lookback"
+                              else None))
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction), tile_steps=seq_layout(form, o).steps)
 
@@ -151,6 +167,9 @@ def write_plan(plan: Plan) -> None:
     scan.create("grid", {"scheme": g.scheme, "direction": g.direction, "tile": g.tile,
                          "min_tiles": g.min_tiles,
                          "fill": float(g.fill), "unchunked_from": float(g.unchunked_from)})
+    if plan.lookback is not None:
+        scan.create("lookback", {"lanes": plan.lookback.lanes,
+                                 "tiles_per_lane": plan.lookback.tiles_per_lane})
 
 
 def make(state: ScanState) -> Any:
@@ -178,7 +197,8 @@ def plan_from_dict(raw: Any) -> Plan:
     plan = Plan(str(raw["strategy"]), int(raw["threads"]), int(raw["elements"]),
                 str(raw["tree"]), sweeps,
                 Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
-                     float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]))
+                     float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
+                _lookback_from(raw.get("lookback")))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -192,6 +212,7 @@ def plan_from_dict(raw: Any) -> Plan:
         raise ValueError(f"unknown tree {plan.tree!r}")
     elif plan.grid.scheme != "sequence-per-thread":
         raise ValueError(f"unknown grid {plan.grid.scheme!r} for a sequential plan")
+    _check_lookback(plan)
     if plan.grid.direction not in ("forward", "reverse"):
         raise ValueError(f"unknown direction {plan.grid.direction!r}")
     return plan
@@ -208,7 +229,7 @@ def read_plan(module_op: Any) -> Plan:
     block, grid = one("block"), one("grid")
     if block is None or grid is None:
         raise ValueError("no plan in the module (run scan-plan first)")
-    thread, tile = one("thread"), one("warp_tile")
+    thread, tile, look = one("thread"), one("warp_tile"), one("lookback")
     sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"])
                    for a in map(scan.attrs, scan.ops(module_op, "sweep")))
     tree = block["tree"]
@@ -218,11 +239,37 @@ def read_plan(module_op: Any) -> Plan:
     if (grid["scheme"] in TREE_GRIDS) != (tree in TREES):
         raise ValueError(f"a {tree} block cannot be spread over the grid as "
                          f"{grid['scheme']!r}")
-    return Plan(strategy=tree if tree in TREES else "sequential", threads=block["threads"],
+    plan = Plan(strategy=tree if tree in TREES else "sequential", threads=block["threads"],
                 elements=thread["elements"] if thread else 1, tree=tree, sweeps=sweeps,
                 grid=Grid(grid["scheme"], grid["direction"], grid["tile"], grid["min_tiles"],
                           grid["fill"], grid["unchunked_from"]),
-                tile_steps=tile["steps"] if tile else 0)
+                tile_steps=tile["steps"] if tile else 0,
+                lookback=_lookback_from(look))
+    _check_lookback(plan)
+    return plan
+
+
+def _lookback_from(raw: Any) -> Lookback | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError("a plan's lookback is a JSON object")
+    return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]))
+
+
+def _check_lookback(plan: Plan) -> None:
+    """A look-back grid has its ``scan.lookback`` (a warp of lanes, a power of two up to 16
+    tiles a lane), and no other grid has one."""
+    from explorer.codegen.threads import WARP
+
+    look = plan.lookback
+    if (look is not None) != (plan.grid.scheme == "lookback"):
+        raise ValueError("scan.lookback goes with the lookback grid, and only with it")
+    if look is not None:
+        t = look.tiles_per_lane
+        if look.lanes != WARP or not 1 <= t <= 16 or t & (t - 1):
+            raise ValueError(f"a look-back of {look.lanes} lanes x {t} tiles is not one the "
+                             "lowering implements (a warp of 32, 1 to 16 tiles a lane)")
 
 
 def plan_ir(module_text: str) -> Plan:

@@ -34,6 +34,8 @@ def _inputs(text: str, C: int, L: int, N: int = 4, seed: int = 0) -> dict[str, n
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("preset", sorted(ex.PRESETS))
 def test_every_tree_runs_every_preset_cut_into_tiles_on_the_cpu(tree, preset, grid):
+    """11 tiles a sequence; the look-back examines 4 tiles per round trip (on the host, one
+    lane), so it walks several windows and finds the prefix inside one."""
     from explorer.runtime.contract import choose_time_chunk
     from explorer.runtime.cpu import CPU_MACHINE
 
@@ -41,7 +43,7 @@ def test_every_tree_runs_every_preset_cut_into_tiles_on_the_cpu(tree, preset, gr
     # two sequences of 700 steps, 32 x 2 tiles: one tile a block (look-back) or chunks of one
     # tile (reduce, carry, rescan)
     c = ex.compile(text, target="cpu", strategy=tree, block_size=32, elements_per_thread=2,
-                   chunk_tiles=1, grid=grid)
+                   chunk_tiles=1, grid=grid, lookback_tiles=4)
     assert c.scan_plan.grid.scheme == grid
     rule = c.contract[0].args[-1].chunk_rule
     assert rule is not None and choose_time_chunk(rule, 2, 4, 700, CPU_MACHINE) == 64

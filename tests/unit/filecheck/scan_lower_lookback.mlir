@@ -1,7 +1,7 @@
 // The look-back grid becomes one kernel: the block tree, then warp 0 looks back over the
-// tiles before its own (relaxed device-scope loads of the flags, a fence, a ballot of the
-// flags, a butterfly of shuffles over the aggregates in order), publishes, and hands the
-// state before the tile to the block through workgroup memory.
+// tiles before its own (relaxed device-scope loads of the flags, a ballot of the flags, a
+// sleep while a tile is not ready, a fence, a butterfly of shuffles over the aggregates in
+// order), publishes, and hands the state before the tile to the block through workgroup memory.
 // RUN: scan-lower  recurrence="h[t] = a[t] * h[t-1] + b[t]" strategy=blelloch block_size=32 elements_per_thread=2 grid=lookback
 // CHECK: gpu.module @scanweaver_kernels
 // CHECK-NOT: gpu.func @scanweaver_blelloch_reduce
@@ -11,6 +11,7 @@
 // CHECK: llvm.load {{.*}} atomic syncscope("device") monotonic
 // CHECK: nvvm.vote.sync ballot
 // CHECK: llvm.intr.cttz
+// CHECK: nvvm.nanosleep
 // CHECK-COUNT-5: gpu.shuffle xor
 // CHECK: gpu.shuffle idx
 // CHECK: scf.yield
