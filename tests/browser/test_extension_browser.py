@@ -1,8 +1,8 @@
 """The JupyterLab extension (extensions/scanweaver) in a real JupyterLab and headless Chromium.
 
-JupyterLab loads the extension as pip installed it from the wheel (``share/jupyter/labextensions``
-of this environment); where the environment predates it, the folder the extension build wrote is
-served through ``JUPYTER_PATH`` instead (never a development link). The test root holds a
+JupyterLab runs from the environment the package's wheel was installed in (``wheel_env`` in
+``conftest.py``), so it loads the extension the wheel put in ``share/jupyter/labextensions``
+(never a development link or the source tree's build). The test root holds a
 ``.mlir`` and a ``.ptx`` file written by a real compile, and a notebook whose only output is the
 saved explorer bundle (with measurements of a short CPU sweep); the server has no kernel to
 start, as on a machine without the notebook's kernel. Checks: both files open in the editor with
@@ -21,7 +21,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -30,22 +29,13 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import _free_port, _wait_for_server
+from tests.browser.conftest import WheelEnv, running_lab
 
 pytestmark = pytest.mark.timeout(600)
 
 REPO = Path(__file__).resolve().parents[2]
-EXTENSION = "scanweaver-explorer"
-BUILT = REPO / "extensions" / "scanweaver" / "labextension"
 NOTEBOOK = "saved-explorer.ipynb"
 SELECTIVE = "saved-selective-scan.ipynb"
-
-
-def _installed_extension() -> Path | None:
-    """The extension pip installed into this environment, if it did."""
-    data = Path(sysconfig.get_path("data"))
-    folder = data / "share" / "jupyter" / "labextensions" / EXTENSION
-    return folder if (folder / "package.json").exists() else None
 
 
 def _write_notebook(path: Path, bundle: dict[str, Any],
@@ -89,52 +79,13 @@ def lab_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def extension_lab(lab_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A JupyterLab serving ``lab_root`` with the extension loaded."""
-    if shutil.which("jupyter") is None:
-        pytest.skip("JupyterLab is not installed (the 'jupyter' command is missing)")
-    env = dict(os.environ)
-    if _installed_extension() is None:
-        if not (BUILT / "package.json").exists():
-            pytest.skip("the extension is neither installed nor built (pip install -e . builds it)")
-        data = tmp_path_factory.mktemp("jupyter-data")
-        shutil.copytree(BUILT, data / "labextensions" / EXTENSION)
-        env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(data), env.get("JUPYTER_PATH")]))
-    settings = tmp_path_factory.mktemp("ext-settings")
-    notification = settings / "@jupyterlab" / "apputils-extension"
-    notification.mkdir(parents=True)
-    (notification / "notification.jupyterlab-settings").write_text(
-        json.dumps({"checkForUpdates": False, "fetchNews": "false"}))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
-    env["JUPYTERLAB_WORKSPACES_DIR"] = str(tmp_path_factory.mktemp("ext-workspaces"))
-    listing = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
-                             env=env, capture_output=True, text=True, timeout=120)
-    listed = [line for line in (listing.stdout + listing.stderr).splitlines()
-              if EXTENSION in line]
-    assert listed and "enabled" in listed[0] and "OK" in listed[0], listing.stdout + listing.stderr
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("ext-log") / "jupyterlab.log", "wb")  # noqa: SIM115
-    command = [
-        sys.executable, "-m", "jupyter", "lab", "--allow-root", "--ip", "127.0.0.1",
-        f"--port={port}", "--ServerApp.token=", "--ServerApp.password=", "--no-browser",
-        f"--ServerApp.root_dir={lab_root}", "--LabApp.expose_app_in_browser=True",
-        "--ServerApp.port_retries=0",
-        # as on a machine without the notebook's kernel: no kernel can start
-        "--KernelSpecManager.allowed_kernelspecs=no-kernel-here",
-    ]
-    process = subprocess.Popen(command, cwd=lab_root, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        _wait_for_server(url, process)
+def extension_lab(lab_root: Path, wheel_env: WheelEnv, lab_extension_listed: list[str],
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A JupyterLab of the wheel's environment serving ``lab_root``, where no kernel can start
+    (as on a machine without the notebook's kernel)."""
+    with running_lab(wheel_env, lab_root, tmp_path_factory,
+                     ["--KernelSpecManager.allowed_kernelspecs=no-kernel-here"]) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 @pytest.fixture
