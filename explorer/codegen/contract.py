@@ -49,7 +49,7 @@ class KernelSpec:
     """One kernel of the module and how to launch it (block, grid rule, shared memory)."""
 
     name: str
-    role: str                     # "scan", "reduce", "carry" or "readout"
+    role: str                     # "scan", "reduce", "carry", "lookback" or "readout"
     block: tuple[int, int, int]
     sequences_per_block: int      # grid_x = ceil(C * N / sequences_per_block) [* chunks]
     shared_bytes: int = 0         # dynamic shared memory to pass at launch
@@ -57,6 +57,7 @@ class KernelSpec:
     # an int, or TIME_CHUNK: the value of the size argument of that name (chosen per call)
     time_chunk: int | str | None = None  # grid_x *= ceil(L / time_chunk); block = seq*chunks+k
     launch_when_longer_than: int | str | None = None  # launched only when L > this
+    launch_unless_longer_than: int | str | None = None  # launched only when L <= this
     min_blocks_per_sm: int = 0    # occupancy asked of ptxas (0: none)
 
     def manifest(self) -> dict[str, Any]:
@@ -67,6 +68,8 @@ class KernelSpec:
             out["time_chunk"] = self.time_chunk
         if self.launch_when_longer_than is not None:
             out["launch_when_longer_than"] = self.launch_when_longer_than
+        if self.launch_unless_longer_than is not None:
+            out["launch_unless_longer_than"] = self.launch_unless_longer_than
         return out
 
 

@@ -91,6 +91,13 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
     return sizes
 
 
+#: resident threads per SM asked of ptxas for the look-back kernel (as blocks per SM): the
+#: walk's registers (the flags and aggregates of several tiles a lane, in warp 0 only) would
+#: otherwise cap the whole kernel's occupancy (96 registers, 5 blocks of 128 threads an SM,
+#: against 64 and 8 for the scan alone); ptxas spills a little of the walk instead
+LOOKBACK_THREADS_PER_SM = 1024
+
+
 def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
     """The kernels of a compile, in launch order, with their geometry."""
     bs = options.block_size
@@ -104,8 +111,9 @@ def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
     else:
         shapes = blelloch_shapes(options)
         gen_counts = _stage_counts(form, options)
-        # the look-back scan is one pass; the chunked scan reduces, carries, then scans
-        roles = ((("scan", ""),) if options.grid == "lookback" else
+        # whole sequences: the scan kernel alone; cut into tiles: the look-back kernel alone,
+        # or the chunked scan's reduce, carry and scan kernels
+        roles = ((("scan", ""), ("lookback", "_lookback")) if options.grid == "lookback" else
                  (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")))
         for role, suffix in roles:
             static = (gen_counts[role] * shapes.stage + alg.width * shapes.agg) * 4
@@ -115,10 +123,14 @@ def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
                     f"arrays, elements of {alg.width} floats) needs {static} bytes of shared "
                     f"memory, more than {STATIC_SHARED_LIMIT}: lower block_size * "
                     "elements_per_thread")
+            whole_only = role == "scan" and options.grid == "lookback"
             out.append(KernelSpec(
                 f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, block, 1, 0, static,
                 time_chunk=None if role == "carry" else TIME_CHUNK,
-                launch_when_longer_than=None if role == "scan" else TIME_CHUNK))
+                launch_when_longer_than=None if role == "scan" else TIME_CHUNK,
+                launch_unless_longer_than=TIME_CHUNK if whole_only else None,
+                min_blocks_per_sm=(max(1, LOOKBACK_THREADS_PER_SM // bs) if role == "lookback"
+                                   else 0)))
     if form.vector and form.readouts:
         out.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", block, 1,
                               time_chunk=READOUT_CHUNK_TILES * bs))
@@ -134,7 +146,8 @@ def _stage_counts(form: Any, options: Options) -> dict[str, int]:
                     if s not in state_syms}
     scan_inputs = [n for n in form.inputs if n in used]
     nout = len(form.recurrence.states) + len(readouts)
-    return {"scan": max(1, len(scan_inputs), nout),
+    scan = max(1, len(scan_inputs), nout)
+    return {"scan": scan, "lookback": scan,
             "reduce": max(1, len([n for n in form.inputs if n in coeff])),
             "carry": max(alg.width, alg.S)}
 
@@ -228,7 +241,7 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
     else:
         width = gen.alg.width
         stage, aggbuf = shared[:-width], shared[-width:]
-        if gen.options.grid == "lookback":
+        if spec.role == "lookback":
             lookback_block(gen, th, bid, stage, aggbuf)
         else:
             blelloch_block(gen, th, spec.role, bid, stage, aggbuf)
@@ -319,10 +332,13 @@ def _grid_value(spec: KernelSpec, sizes: dict[str, Value]) -> Value:
 
 
 def _launch_if(spec: KernelSpec, sizes: dict[str, Value], launch: Callable[[], None]) -> None:
-    if spec.launch_when_longer_than is None:
-        launch()
-    else:
+    if spec.launch_when_longer_than is not None:
         if_then(lt_i(_size_value(spec.launch_when_longer_than, sizes), sizes["L"]), launch)
+    elif spec.launch_unless_longer_than is not None:
+        at_most = _size_value(spec.launch_unless_longer_than, sizes)
+        if_then(arith.cmpi(arith.CmpIPredicate.sle, sizes["L"], at_most), launch)
+    else:
+        launch()
 
 
 def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],

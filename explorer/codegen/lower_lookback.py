@@ -2,9 +2,10 @@
 decoupled look-back (Merrill and Garland, "Single-pass Parallel Prefix Scan with Decoupled
 Look-back", 2016).
 
-Block ``k`` of a sequence scans one tile (``time_chunk`` steps, one tile), or the whole sequence
-when there are enough sequences to fill the GPU (then there is nothing to look back at). With
-several tiles, after its block tree has the tile's aggregate:
+Block ``k`` of a sequence scans one tile (``time_chunk`` steps, one tile). When there are enough
+sequences to fill the GPU, each runs whole in one block of the plain scan kernel instead (then
+there is nothing to look back at, and that kernel carries none of this code). After its block
+tree has the tile's aggregate:
 
 1. thread 0 publishes the aggregate (``chunk_aggregates``), a device-scope fence, then the flag
    1 (``tile_flags``, zeroed by the launcher before every launch);
@@ -36,7 +37,7 @@ from mlir.ir import F32Type, InsertionPoint, IntegerType, Value
 from explorer.codegen.emit import Algebra, Element, add_i, ceil_div, cf, ci, f32, index, mul_i
 from explorer.codegen.gen import Gen
 from explorer.codegen.lower_block import block_scan
-from explorer.codegen.threads import WARP, Threads, if_else, if_then, min_i, padded
+from explorer.codegen.threads import WARP, Threads, if_then, min_i, padded
 from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS
 
 #: the flags a block publishes for its tile
@@ -157,10 +158,7 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
         return before
 
     def state_before(total: Element, carry: list[Value]) -> list[Value]:
-        # one tile a block when the sequence is cut into tiles; a whole sequence carries its
-        # state from tile to tile inside the block
-        cut = arith.cmpi(arith.CmpIPredicate.ugt, nch, ci(1))
-        return if_else(cut, [f32()] * S, lambda: chained(total), lambda: list(carry))
+        return chained(total)
 
     block_scan(gen, th, gen.options.elements_per_thread, stage, aggbuf,
                gen.in_streams(seq, names), gen.out_streams(seq), element, outputs, begin, end,

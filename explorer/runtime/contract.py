@@ -176,6 +176,7 @@ class KernelInfo:
     # integers, or the name of the size argument that gives the value per call
     time_chunk: int | str | None = None  # grid_x *= ceil(L / time_chunk): one block per chunk
     launch_when_longer_than: int | str | None = None  # launched only when L > this
+    launch_unless_longer_than: int | str | None = None  # launched only when L <= this
 
     @property
     def threads(self) -> int:
@@ -188,7 +189,8 @@ class KernelInfo:
 
     def launched(self, L: int, sizes: Mapping[str, int] | None = None) -> bool:
         longer = _resolve(self.launch_when_longer_than, sizes)
-        return longer is None or L > longer
+        at_most = _resolve(self.launch_unless_longer_than, sizes)
+        return (longer is None or L > longer) and (at_most is None or L <= at_most)
 
     def grid(self, C: int, N: int, L: int | None = None,
              sizes: Mapping[str, int] | None = None) -> tuple[int, int, int]:
@@ -361,19 +363,25 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
     time_chunk = raw.get("time_chunk")
     if time_chunk is not None:
         time_chunk = _chunk_value(time_chunk, f"{where}: time_chunk")
-    longer = raw.get("launch_when_longer_than")
-    if longer is not None and longer != TIME_CHUNK and (
-            not isinstance(longer, int) or isinstance(longer, bool)
-            or not 0 <= longer <= MAX_INT):
-        raise ArtifactError(f"{where}: launch_when_longer_than must be a non-negative integer "
-                            f"or {TIME_CHUNK!r}, got {_show(longer)}")
-    per_call = [v for v in (time_chunk, longer, *(a.time_chunk for a in args)) if v == TIME_CHUNK]
+    bounds = {}
+    for key in ("launch_when_longer_than", "launch_unless_longer_than"):
+        value = raw.get(key)
+        if value is not None and value != TIME_CHUNK and (
+                not isinstance(value, int) or isinstance(value, bool)
+                or not 0 <= value <= MAX_INT):
+            raise ArtifactError(f"{where}: {key} must be a non-negative integer "
+                                f"or {TIME_CHUNK!r}, got {_show(value)}")
+        bounds[key] = value
+    longer, at_most = bounds["launch_when_longer_than"], bounds["launch_unless_longer_than"]
+    per_call = [v for v in (time_chunk, longer, at_most, *(a.time_chunk for a in args))
+                if v == TIME_CHUNK]
     if per_call and not any(a.role == "size" and a.name == TIME_CHUNK for a in args):
         raise ArtifactError(f"{where}: uses {TIME_CHUNK!r} per call but has no size argument "
                             f"{TIME_CHUNK!r}")
     return KernelInfo(name=name, ptx=ptx, block=(int(block[0]), int(block[1]), int(block[2])),
                       sequences_per_block=spb, shared_bytes=shared, args=args,
-                      time_chunk=time_chunk, launch_when_longer_than=longer)
+                      time_chunk=time_chunk, launch_when_longer_than=longer,
+                      launch_unless_longer_than=at_most)
 
 
 #: most kernels a contract may list

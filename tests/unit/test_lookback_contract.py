@@ -28,12 +28,17 @@ def _kernels(grid: str) -> list[dict]:
                                     grid=grid).kernels)
 
 
-def test_the_lookback_is_one_kernel_with_flags_reset_before_each_launch():
-    (scan,) = parse_kernels([dict(k, ptx="kernel.ptx") for k in _kernels("lookback")])
-    reset = [a.name for a in scan.args if a.reset]
+def test_one_kernel_runs_a_call_and_the_lookback_flags_are_reset_before_each_launch():
+    whole, tiles = parse_kernels([dict(k, ptx="kernel.ptx") for k in _kernels("lookback")])
+    assert tiles.name.endswith("_lookback")
+    reset = [a.name for a in tiles.args if a.reset]
     assert reset == ["tile_flags"]
-    rule = next(a.chunk_rule for a in scan.args if a.chunk_rule is not None)
+    rule = next(a.chunk_rule for a in tiles.args if a.chunk_rule is not None)
     assert rule.max_tiles == 1 and rule.min_tiles == 1
+    # whole sequences (L <= time_chunk): the plain scan kernel; cut into tiles: the look-back
+    for L, chunk in ((1000, 1024), (4096, 4096), (4097, 1024)):
+        sizes = {"time_chunk": chunk}
+        assert [whole.launched(L, sizes), tiles.launched(L, sizes)] == [L <= chunk, L > chunk]
     chunked = parse_kernels([dict(k, ptx="kernel.ptx") for k in _kernels("chunked")])
     assert [k.name.rsplit("_", 1)[-1] for k in chunked] == ["reduce", "carry", "blelloch"]
     assert not any(a.reset for k in chunked for a in k.args)
@@ -53,6 +58,8 @@ def test_lookback_chunks_are_one_tile_or_the_whole_sequence():
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [
+    ("launch_unless_longer_than", "L", "must be a non-negative integer or 'time_chunk'"),
+    ("launch_unless_longer_than", -3, "must be a non-negative integer or 'time_chunk'"),
     ("reset", "yes", "reset must be true or false"),
     ("max_tiles", -1, "max_tiles must be a positive integer"),
     ("max_tiles", 1.5, "max_tiles must be a positive integer"),
@@ -60,8 +67,10 @@ def test_lookback_chunks_are_one_tile_or_the_whole_sequence():
 ])
 def test_tampered_lookback_fields_are_refused(field, value, match):
     kernels = [dict(k, ptx="kernel.ptx") for k in _kernels("lookback")]
-    args = kernels[0]["args"]
-    if field == "reset":
+    args = kernels[1]["args"]
+    if field == "launch_unless_longer_than":
+        kernels[0][field] = value
+    elif field == "reset":
         next(a for a in args if a.get("reset"))["reset"] = value
     else:
         next(a for a in args if "chunk_rule" in a)["chunk_rule"]["max_tiles"] = value
@@ -71,6 +80,6 @@ def test_tampered_lookback_fields_are_refused(field, value, match):
 
 def test_reset_is_for_workspaces_only():
     kernels = [dict(k, ptx="kernel.ptx") for k in _kernels("lookback")]
-    next(a for a in kernels[0]["args"] if a["role"] == "output")["reset"] = True
+    next(a for a in kernels[1]["args"] if a["role"] == "output")["reset"] = True
     with pytest.raises(ArtifactError, match="is reset but is not a workspace"):
         parse_kernels(kernels)

@@ -1,4 +1,5 @@
-// The look-back grid becomes one kernel: the block tree, then warp 0 looks back over the
+// The look-back grid becomes two kernels: the plain scan for whole sequences, and the
+// look-back kernel for sequences cut into tiles: the block tree, then warp 0 looks back over the
 // tiles before its own (relaxed device-scope loads of the flags, a ballot of the flags, a
 // sleep while a tile is not ready, a fence, a butterfly of shuffles over the aggregates in
 // order), publishes, and hands the state before the tile to the block through workgroup memory.
@@ -6,6 +7,8 @@
 // CHECK: gpu.module @scanweaver_kernels
 // CHECK-NOT: gpu.func @scanweaver_blelloch_reduce
 // CHECK: gpu.func @scanweaver_blelloch(
+// CHECK-NOT: llvm.fence
+// CHECK: gpu.func @scanweaver_blelloch_lookback(
 // CHECK: llvm.fence syncscope("device") acq_rel
 // CHECK: scf.while
 // CHECK: llvm.load {{.*}} atomic syncscope("device") monotonic
@@ -18,4 +21,7 @@
 // CHECK: gpu.barrier
 // CHECK: func.func @scanweaver_launch
 // CHECK-NOT: _reduce
+// CHECK: arith.cmpi sle
 // CHECK: gpu.launch_func  @scanweaver_kernels::@scanweaver_blelloch blocks
+// CHECK: arith.cmpi slt
+// CHECK: gpu.launch_func  @scanweaver_kernels::@scanweaver_blelloch_lookback blocks
