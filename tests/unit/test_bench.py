@@ -342,3 +342,42 @@ def test_a_reversed_affine_scan_is_still_the_baselines_problem(tmp_path: Path) -
 
     _, art = _artifact(tmp_path, "h[t] = a[t] * h[t-1] + b[t]", reverse=True)
     assert artifact_roles(art) == ("h", "a", "b") and reversed_in_time(art)
+
+
+@pytest.mark.parametrize(("text", "reverse"), [
+    ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
+     "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]", False),
+    ("h[t] = a[t] * h[t-1] + b[t] * x\ny[t] = h[t] + x", True),
+    ("h[t] = a * h[t-1] + 1", False),
+])
+def test_a_problem_past_the_reference_limit_is_checked_on_a_sample(tmp_path: Path, text: str,
+                                                                   reverse: bool) -> None:
+    """Past the limit the reference covers sampled channels (the first and the last among
+    them), and if one channel is too long, its first steps (its last, backwards): what the
+    kernel computes there is what the sample's reference says, and a wrong value in a
+    sampled channel is caught."""
+    from explorer.bench.methods import general_problem
+    from explorer.runtime.cuda import CudaKernel
+
+    c, art = _artifact(tmp_path, text, reverse=reverse)
+    kernel = CudaKernel.from_artifact(art)
+    C, L, N = 9, 200, 4
+    lanes = N if kernel.vector else 1
+    for limit, count, span in ((3 * 200 * lanes, 3, 200), (2 * 50 * lanes, 1, 100)):
+        g = general_problem(art, kernel, C, L, N, limit=limit)
+        channels = list(g.channels)
+        assert len(channels) == count and channels[0] == 0 and (count == 1 or
+                                                                  channels[-1] == C - 1)
+        assert g.steps == (slice(L - span, L) if reverse else slice(0, span))
+        assert "checked on" in g.described
+        got = c(device="cpu", L=g.L, **g.arrays)
+        outs = got if isinstance(got, dict) else {kernel.output_names[0]: got}
+        for name, ref in g.refs.items():
+            assert np.shape(ref)[0] == count and np.shape(ref)[-1] == span
+            sample = g.sample(np.asarray(outs[name]), name)
+            assert max_rel_error(sample, ref) < 1e-5, name
+            broken = np.array(outs[name], copy=True)
+            broken.reshape(C, -1)[channels[-1], -1 if reverse else 0] += 1.0
+            assert max_rel_error(g.sample(broken, name), ref) > 1e-3, name
+    whole = general_problem(art, kernel, C, L, N)
+    assert whole.channels is None and whole.described == "checked whole"
