@@ -549,7 +549,12 @@ class GeneralProblem:
         any shape of its ``C * [N] * L`` elements): what ``refs[name]`` is the reference of."""
         inner = tuple(self.refs[name].shape[1:-1])
         shaped = full.reshape((self.C, *inner, self.length))
-        picked = shaped if self.channels is None else shaped[self.channels]
+        channels = self.channels
+        if channels is not None and type(full).__module__.startswith("cupy"):
+            import cupy
+
+            channels = cupy.asarray(channels)   # the index on the array's device
+        picked = shaped if channels is None else shaped[channels]
         return picked[..., self.steps]
 
     @property
