@@ -11,6 +11,13 @@ PRESETS: dict[str, str] = {
         "h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\n"
         "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]"
     ),
+    # mamba-ssm's selective_scan_fn with its options: delta_bias and delta_softplus on dt,
+    # the D skip, and the z gate y * silu(z)
+    "Mamba selective scan": (
+        "h[t, n] = exp(softplus(dt[t] + dt_bias) * A[n]) * h[t-1, n]"
+        " + softplus(dt[t] + dt_bias) * B[t, n] * x[t]\n"
+        "y[t] = (sum(C[t, n] * h[t, n]) + D * x[t]) * z[t] * sigmoid(z[t])"
+    ),
 }
 
 #: the Mamba selective scan (S6): per channel an N-wide diagonal state, readout summed over n
