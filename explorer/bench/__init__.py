@@ -16,7 +16,8 @@ import.
 
 from __future__ import annotations
 
-from explorer.bench.methods import BASELINES, COPY, Method, Problem, Skip, baselines, generated
+from explorer.bench.generated import generated
+from explorer.bench.methods import BASELINES, COPY, Method, Problem, Skip, baselines
 from explorer.bench.results import Record, environment, figure, finalize, format_table
 from explorer.bench.sweep import BenchResult, Options, parse_sizes, run, sweep
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from explorer.bench.affine import TOLERANCE, affine_scan_f64, max_rel_error, random_problem
-from explorer.bench.methods import COPY, Method, Prepared, Problem, Skip, baselines, generated
+from explorer.bench.generated import generated
+from explorer.bench.methods import COPY, Method, Prepared, Problem, Skip, baselines
 from explorer.bench.results import Record, finalize, gbps
 from explorer.bench.timing import Flusher, time_cuda, time_host
 

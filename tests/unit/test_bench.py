@@ -293,7 +293,8 @@ def _artifact(tmp_path: Path, text: str, **options: Any) -> Any:
 ])
 def test_general_problems_pass_the_length_when_no_input_is_timed(tmp_path: Path,
                                                                  text: str) -> None:
-    from explorer.bench.methods import Skip, artifact_roles, general_problem
+    from explorer.bench.generated import artifact_roles, general_problem
+    from explorer.bench.methods import Skip
     from explorer.runtime.cuda import CudaKernel
 
     c, art = _artifact(tmp_path, text)
@@ -324,7 +325,7 @@ def test_decays_keep_every_state_bounded() -> None:
 
 
 def test_a_reversed_recurrence_is_checked_against_the_flipped_reference(tmp_path: Path) -> None:
-    from explorer.bench.methods import general_problem, reversed_in_time
+    from explorer.bench.generated import general_problem, reversed_in_time
     from explorer.runtime.cuda import CudaKernel
 
     text = "h[t] = a[t] * h[t-1] + b[t] * x\ny[t] = h[t] + x"
@@ -338,7 +339,7 @@ def test_a_reversed_recurrence_is_checked_against_the_flipped_reference(tmp_path
 
 
 def test_a_reversed_affine_scan_is_still_the_baselines_problem(tmp_path: Path) -> None:
-    from explorer.bench.methods import artifact_roles, reversed_in_time
+    from explorer.bench.generated import artifact_roles, reversed_in_time
 
     _, art = _artifact(tmp_path, "h[t] = a[t] * h[t-1] + b[t]", reverse=True)
     assert artifact_roles(art) == ("h", "a", "b") and reversed_in_time(art)
@@ -356,7 +357,7 @@ def test_a_problem_past_the_reference_limit_is_checked_on_a_sample(tmp_path: Pat
     them), and if one channel is too long, its first steps (its last, backwards): what the
     kernel computes there is what the sample's reference says, and a wrong value in a
     sampled channel is caught."""
-    from explorer.bench.methods import general_problem
+    from explorer.bench.generated import general_problem
     from explorer.runtime.cuda import CudaKernel
 
     c, art = _artifact(tmp_path, text, reverse=reverse)
