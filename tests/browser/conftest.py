@@ -304,12 +304,19 @@ def lab_extension_listed(wheel_env: WheelEnv) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def lab(wheel_env: WheelEnv, lab_extension_listed: list[str],
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a running JupyterLab (from the wheel) whose root holds ``quickstart.ipynb``."""
+def lab_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the ``lab`` fixture serves: a copy of ``quickstart.ipynb``, and whatever a test
+    puts there."""
     root = tmp_path_factory.mktemp("lab-root")
     shutil.copy(REPO / "notebooks" / "quickstart.ipynb", root / "quickstart.ipynb")
-    with running_lab(wheel_env, root, tmp_path_factory) as url:
+    return root
+
+
+@pytest.fixture(scope="session")
+def lab(wheel_env: WheelEnv, lab_extension_listed: list[str], lab_folder: Path,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a running JupyterLab (from the wheel) serving :func:`lab_folder`."""
+    with running_lab(wheel_env, lab_folder, tmp_path_factory) as url:
         yield url
 
 

@@ -1,6 +1,7 @@
 /**
  * The mime renderer extension: saved explorer output (`application/vnd.scanweaver.compile+json`)
- * is drawn by {@link CompileRenderer}, in a notebook with or without a kernel.
+ * is drawn by {@link CompileRenderer}, in a notebook with or without a kernel; where the output
+ * also holds the live widget, the renderer shows that widget while its model lives.
  */
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 
@@ -18,8 +19,10 @@ const extension: IRenderMime.IExtension = {
   id: 'scanweaver-explorer:compile-renderer',
   description: 'Renders saved ScanWeaver Explorer output without a kernel.',
   rendererFactory,
-  // ahead of text/html (rank 50), which stays in the bundle for viewers without the extension
-  rank: 0,
+  // ahead of the widget manager's renderer (rank -10), so that an output holding both the live
+  // widget and the saved compile comes here (the renderer shows one of them), and ahead of
+  // text/html (rank 50), which stays in the bundle for viewers without the extension
+  rank: -20,
   dataType: 'json'
 };
 
