@@ -1,0 +1,135 @@
+"""The pipeline's record of every pass against the plainest capture there is.
+
+The oracle below runs each pass through a ``PassManager`` of its own and prints the whole module
+with ``str(module)`` after every pass (with its locations, through
+:func:`explorer.codegen.locations.split_locations`, where the pipeline records them): what the
+pipeline did until it printed natively and only after a change. Whatever way the pipeline
+captures the IR, every record must say the same as the oracle: the same passes, IR texts,
+changed flags, pipelines and term locations, and the same LLVM IR, PTX and final module.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
+
+from explorer.codegen.locations import split_locations  # noqa: E402
+from explorer.codegen.options import validate  # noqa: E402
+from explorer.codegen.pipeline import (  # noqa: E402
+    _KERNEL_LLVM_AFTER,
+    Lowered,
+    Step,
+    cpu_steps,
+    cuda_steps,
+    lower,
+    scan_steps,
+)
+from explorer.dialect.build import build_scan  # noqa: E402
+from explorer.frontend.recurrence import Recurrence  # noqa: E402
+from explorer.passes.state import ScanState  # noqa: E402
+from explorer.presets import PRESETS  # noqa: E402
+
+#: the NVPTX backend's own time, which gpu-module-to-binary writes into the gpu.binary op
+_BACKEND_TIME = re.compile(r"LLVMIRToISATimeInMs = [0-9]+")
+
+
+def _timeless(ir: str) -> str:
+    return _BACKEND_TIME.sub("LLVMIRToISATimeInMs = ?", ir)
+
+
+def _steps(rec: Recurrence, strategy: str, target: str, **options: Any) -> list[Step]:
+    opts = validate(strategy, target, **options)
+    upstream = cuda_steps(opts) if target == "cuda" else cpu_steps(opts)
+    return scan_steps(ScanState(rec, opts)) + upstream
+
+
+def oracle(text: str, steps: list[Step]) -> tuple[list[dict[str, Any]], str]:
+    """Every pass run alone and the module printed with ``str`` after each: the records (less
+    their times) and the final module."""
+    from mlir.ir import Context, Location, Module
+    from mlir.passmanager import PassManager
+
+    from explorer.dialect import scan
+
+    records = []
+    with Context() as ctx, Location.unknown():
+        scan.load(ctx)
+        module = Module.parse(text)
+        before = text
+        for step in steps:
+            if step.run is not None:
+                pm = PassManager()
+                pm.add(step.run, step.name)
+            else:
+                pm = PassManager.parse(step.pipeline)
+            pm.run(module.operation)
+            located: dict[str, list[int]] = {}
+            if step.run is not None or step.name == _KERNEL_LLVM_AFTER:
+                after, located = split_locations(
+                    module.operation.get_asm(enable_debug_info=True))
+            else:
+                after = str(module)
+            changed = after != before
+            records.append({"name": step.name, "ir": _timeless(after if changed else before),
+                            "changed": changed, "pipeline": step.pipeline,
+                            "locations": located})
+            before = after
+    return records, before
+
+
+CASES = [
+    ("affine scan", "blelloch", "cuda", {}),
+    ("affine scan", "sequential", "cpu", {}),
+    ("selective scan", "kogge_stone", "cuda", {}),
+    ("selective scan", "blelloch", "cpu", {}),
+    ("second order", "sequential", "cuda", {"reverse": True}),
+    ("gated EMA", "blelloch", "cuda", {"block_size": 32, "elements_per_thread": 2}),
+]
+
+
+@pytest.mark.parametrize(("preset", "strategy", "target", "options"), CASES,
+                         ids=[f"{p}-{s}-{t}" for p, s, t, _ in CASES])
+def test_records_match_the_plain_capture(preset: str, strategy: str, target: str,
+                                         options: dict[str, Any]) -> None:
+    rec = Recurrence.parse(PRESETS[preset])
+    text = build_scan(rec)
+    expected, final = oracle(text, _steps(rec, strategy, target, **options))
+    opts = validate(strategy, target, **options)
+    lowered: Lowered = lower(text, opts, _steps(rec, strategy, target, **options))
+    got = [{"name": p.name, "ir": _timeless(p.ir), "changed": p.changed, "pipeline": p.pipeline,
+            "locations": p.locations} for p in lowered.passes]
+    assert [r["name"] for r in got] == [r["name"] for r in expected]
+    for g, e in zip(got, expected, strict=True):
+        assert g == e, f"the record of {e['name']} differs"
+    assert _timeless(lowered.final_module) == _timeless(final)
+    assert all(p.seconds >= 0 for p in lowered.passes)
+    # a pass's time is its own: not the printing of the IR after it
+    assert sum(p.seconds for p in lowered.passes) <= lowered.seconds
+    if target == "cuda":
+        assert lowered.ptx is not None and ".entry" in lowered.ptx
+        assert "define ptx_kernel" in lowered.llvm_ir
+    else:
+        assert lowered.ptx is None and "define " in lowered.llvm_ir
+
+
+
+def test_a_compile_runs_no_ptxas(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ptxas's resource report is off the compile's critical path: made when first asked."""
+    import os
+    import stat
+
+    import explorer as ex
+
+    marker = tmp_path / "ptxas-ran"
+    fake = tmp_path / "bin" / "ptxas"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    c = ex.compile(PRESETS["affine scan"], target="cuda", cache=False)
+    assert c.ptx is not None and not marker.exists()
+    assert c.ptx_info is not None and marker.exists()     # asked: now it runs
