@@ -1,9 +1,14 @@
 """Stage 5, the pass pipeline: MLIR module text -> lowered module, LLVM IR and PTX.
 
 The pipeline runs one pass at a time, each through its own ``PassManager``, and records the IR
-after every pass (:class:`PassRecord`). Nothing is printed by MLIR: the IR is taken with
-``str(module)`` and the diagnostics go to a handler attached to the context, so file
-descriptor 2 of the process (a notebook kernel's) is never written to.
+after every pass (:class:`PassRecord`), printed by MLIR's own IR printer into a private folder
+(``tree_printing_dir_path``) and read back: half the time of ``str(module)``, which hands the
+text to Python in tens of thousands of pieces. An upstream pass's module is printed only when
+MLIR's fingerprint of it changed (``print_after_change``), and the printer's verification of
+what it prints stands for the verifier after the pass; a pass that changed nothing keeps the
+text before it. A pass's time is the pass's alone, without the printing (or, upstream, the
+verifying) after it. Nothing is written to file descriptor 2 of the process (a notebook
+kernel's): the diagnostics go to a handler attached to the context.
 
 For ``cuda`` the passes are those of ``gpu-lower-to-nvvm-pipeline`` spelled out one by one
 (with ``kernel-bare-ptr-calling-convention`` and the chip of the options); the PTX is the
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -191,6 +197,140 @@ def _ptx_of(module: Module) -> str | None:
     return "\n".join(texts) if texts else None
 
 
+class _Printer:
+    """The module's text after a pass, printed by MLIR's IR printer into a private folder
+    (``tree_printing_dir_path``) and read back: the very text of ``str(module)`` (with
+    ``locations``: of ``get_asm(enable_debug_info=True)``), without handing it to Python in
+    small pieces."""
+
+    #: what the IR printer writes around the module (``printAfterIfEnabled`` in MLIR's
+    #: IRPrinting.cpp): a header line before it, two newlines after it
+    HEADER = "// -----// IR Dump After "
+    TRAILER = "\n\n"
+
+    def __init__(self) -> None:
+        self.root = tempfile.mkdtemp(prefix="scanweaver-ir-")
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def attach(self, pm: PassManager, locations: bool, only_change: bool) -> None:
+        """Print after the passes of ``pm`` (with ``only_change``: after those that changed
+        the module's fingerprint)."""
+        pm.enable_ir_printing(print_after_all=True, print_after_change=only_change,
+                              enable_debug_info=locations, tree_printing_dir_path=self.root)
+
+    def print(self, module: Module, locations: bool) -> str:
+        """The module as it is now."""
+        pm = PassManager()
+        pm.add(_leave_alone, "print")
+        pm.enable_verifier(False)
+        self.attach(pm, locations, only_change=False)
+        pm.run(module.operation)
+        text = self.take()
+        if text is None:
+            raise RuntimeError("MLIR's IR printer printed nothing")
+        return text
+
+    def take(self) -> str | None:
+        """The text printed since the last call, None if nothing was."""
+        dumps = [os.path.join(folder, name)
+                 for folder, _, names in os.walk(self.root) for name in names]
+        if not dumps:
+            return None
+        if len(dumps) != 1:
+            raise RuntimeError(f"MLIR's IR printer wrote {len(dumps)} files for one pass")
+        with open(dumps[0], encoding="utf-8", newline="") as f:
+            dump = f.read()
+        os.unlink(dumps[0])
+        header, _, text = dump.partition("\n")
+        if not header.startswith(self.HEADER) or not text.endswith(self.TRAILER):
+            raise RuntimeError("MLIR's IR printer wrote an unexpected frame around the IR")
+        return text[:-len(self.TRAILER)]
+
+
+#: how a module that fails to verify is printed (MLIR's printer falls back to the generic form)
+_GENERIC_MODULE = '"builtin.module"()'
+
+
+def _leave_alone(op: Any, pass_: Any) -> None:
+    """A pass that changes nothing, for the IR printer to print the module after it."""
+    del op, pass_
+
+
+def _load_dialects(steps: list[Step]) -> bool:
+    """Register and load the dialects the upstream passes of ``steps`` depend on, by running
+    them all once on an empty module; False when that fails.
+
+    MLIR does not let a pass manager register dialects while another one runs (an assertion of
+    the bindings' build, which aborts the process), and :func:`_run_upstream` runs each pass
+    inside a Python pass of an outer manager: done here first, the inner managers find their
+    dialects loaded and register nothing."""
+    inner = [s.pipeline[len("builtin.module("):-1] for s in steps if s.run is None]
+    if not all(s.pipeline.startswith("builtin.module(") and s.pipeline.endswith(")")
+               for s in steps if s.run is None):
+        return False
+    try:
+        PassManager.parse(_top(",".join(inner))).run(Module.create().operation)
+    except Exception:
+        return False
+    return True
+
+
+def _run_upstream(module: Module, step: Step, printer: _Printer | None, located: bool
+                  ) -> tuple[float, str | None]:
+    """Run an upstream pass: its time, and the IR after it, None when the pass did not change
+    the module (with ``located``: always printed, with locations).
+
+    The pass runs in a ``PassManager`` of its own, run and timed by a Python pass of an outer
+    one. The outer manager's IR printer prints once the Python pass has returned, so the pass's
+    time leaves the printing out, and only when MLIR's fingerprint of the module (every
+    operation, its attributes, operands, types and location) differs from the one before the
+    pass (``print_after_change``), so a module a pass left alone is not printed at all. The
+    printer verifies what it prints, which stands for the manager's verifier after the pass: a
+    module that fails is printed in the generic form, and then verified again to raise the
+    diagnostics. Without a ``printer`` (see :func:`lower`) the pass runs alone, verified by its
+    manager, and the module is printed by Python."""
+    inner = PassManager.parse(step.pipeline)
+    if printer is None:
+        t0 = time.perf_counter()
+        inner.run(module.operation)
+        seconds = time.perf_counter() - t0
+        return seconds, module.operation.get_asm(enable_debug_info=located)
+
+    # the printer verifies the module it prints (and prints an invalid one in the generic form,
+    # checked below), and a module whose fingerprint did not change is as valid as before
+    inner.enable_verifier(False)
+    outcome: list[Any] = []
+
+    def timed(op: Any, pass_: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            inner.run(op)
+        except Exception as err:    # raised again below, out of MLIR's frames
+            outcome.append(err)
+            pass_.signal_pass_failure()
+            return
+        outcome.append(time.perf_counter() - t0)
+
+    outer = PassManager()
+    outer.add(timed, step.name)
+    outer.enable_verifier(False)
+    printer.attach(outer, located, only_change=not located)
+    try:
+        outer.run(module.operation)
+    except Exception:
+        if not outcome or not isinstance(outcome[0], Exception):
+            raise
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    printed = printer.take()
+    if printed is not None and printed.startswith(_GENERIC_MODULE):
+        module.operation.verify()   # raises the verifier's diagnostics
+        raise RuntimeError(f"the module after {step.name} did not print in its custom form")
+    return outcome[0], printed
+
+
 def lower(built: BuiltModule | str, options: Options,
           steps: list[Step] | None = None) -> Lowered:
     """Run the pipeline of ``options.target`` pass by pass on the module text of ``built``."""
@@ -219,42 +359,61 @@ def lower(built: BuiltModule | str, options: Options,
             step = Step("parse", _top(""))
             raise _fail("the module does not parse", step, str(err), text, options) from None
         before = text
-        for step in steps:
-            diagnostics.clear()
-            t0 = time.perf_counter()
+        # MLIR prints into a folder of ours once the dialects are loaded; where either cannot
+        # be, every pass runs alone and Python prints the module after it
+        printer: _Printer | None = None
+        if _load_dialects(steps):
             try:
-                if step.run is not None:
-                    pm = PassManager()
-                    pm.add(step.run, step.name)
+                printer = _Printer()
+            except OSError:
+                printer = None
+        try:
+            for step in steps:
+                diagnostics.clear()
+                # printed with locations (which split_locations takes off again): only where
+                # they matter most
+                located_step = step.run is not None or step.name == _KERNEL_LLVM_AFTER
+                try:
+                    if step.run is not None:
+                        pm = PassManager()
+                        pm.add(step.run, step.name)
+                        t0 = time.perf_counter()
+                        pm.run(module.operation)
+                        seconds = time.perf_counter() - t0
+                        printed: str | None = (
+                            printer.print(module, locations=True) if printer is not None
+                            else module.operation.get_asm(enable_debug_info=True))
+                    else:
+                        seconds, printed = _run_upstream(module, step, printer, located_step)
+                except OptionError:
+                    raise   # a plan the options asked for cannot be built: said as such
+                except CompileError as err:
+                    if err.reproducer is not None:
+                        raise
+                    message = str(err).split("\n")[0]
+                    raise _fail(message, step, err.diagnostics, before, options) from None
+                except Exception as err:
+                    diag = "\n".join([*diagnostics, f"{type(err).__name__}: {err}"])
+                    raise _fail(f"pass {step.name} failed", step, diag, before,
+                                options) from None
+                located: dict[str, list[int]] = {}
+                if printed is None:        # the pass changed nothing
+                    after = before
+                elif located_step:
+                    after, located = split_locations(printed)
                 else:
-                    pm = PassManager.parse(step.pipeline)
-                pm.run(module.operation)
-            except OptionError:
-                raise       # a plan the options asked for cannot be built: said as such
-            except CompileError as err:
-                if err.reproducer is not None:
-                    raise
-                message = str(err).split("\n")[0]
-                raise _fail(message, step, err.diagnostics, before, options) from None
-            except Exception as err:
-                diag = "\n".join([*diagnostics, f"{type(err).__name__}: {err}"])
-                raise _fail(f"pass {step.name} failed", step, diag, before, options) from None
-            seconds = time.perf_counter() - t0
-            located: dict[str, list[int]] = {}
-            if step.run is not None or step.name == _KERNEL_LLVM_AFTER:
-                # printed with locations (twice the printing: only where they matter most)
-                after, located = split_locations(
-                    module.operation.get_asm(enable_debug_info=True))
-            else:
-                after = str(module)
-            changed = after != before
-            records.append(PassRecord(step.name, after if changed else before, seconds, changed,
-                                      step.pipeline, located))
-            before = after
-            if step.name == _KERNEL_LLVM_AFTER:
-                t0 = time.perf_counter()
-                llvm_ir = _kernel_llvm_ir(module)
-                llvm_seconds = time.perf_counter() - t0
+                    after = printed
+                changed = after != before
+                records.append(PassRecord(step.name, after if changed else before, seconds,
+                                          changed, step.pipeline, located))
+                before = after
+                if step.name == _KERNEL_LLVM_AFTER:
+                    t0 = time.perf_counter()
+                    llvm_ir = _kernel_llvm_ir(module)
+                    llvm_seconds = time.perf_counter() - t0
+        finally:
+            if printer is not None:
+                printer.close()
         ptx = _ptx_of(module) if options.target == "cuda" else None
         if options.target == "cpu":
             t0 = time.perf_counter()
@@ -270,4 +429,3 @@ def lower(built: BuiltModule | str, options: Options,
     names = [] if isinstance(built, str) else [k.name for k in built.kernels]
     return Lowered(records, llvm_ir, ptx, final, time.perf_counter() - start, names,
                    llvm_seconds)
-

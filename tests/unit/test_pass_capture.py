@@ -117,6 +117,55 @@ def test_records_match_the_plain_capture(preset: str, strategy: str, target: str
 
 
 
+def test_without_a_folder_for_the_printer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no folder can be made, the module is printed through Python: the same records."""
+    import tempfile
+
+    def refuse(*args: Any, **kwargs: Any) -> str:
+        raise PermissionError("no temporary folder here")
+
+    rec = Recurrence.parse(PRESETS["affine scan"])
+    text = build_scan(rec)
+    expected, _ = oracle(text, _steps(rec, "sequential", "cuda"))
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    lowered = lower(text, validate("sequential", "cuda"), _steps(rec, "sequential", "cuda"))
+    got = [{"name": p.name, "ir": _timeless(p.ir), "changed": p.changed, "pipeline": p.pipeline,
+            "locations": p.locations} for p in lowered.passes]
+    assert got == expected
+
+
+def test_an_upstream_pass_that_leaves_invalid_ir_fails() -> None:
+    """An upstream pass runs without its manager's verifier: the IR printer verifies what it
+    prints, and a module that does not verify fails the pass with the verifier's words."""
+    from mlir.ir import (
+        Context,
+        F32Type,
+        FloatAttr,
+        InsertionPoint,
+        IntegerType,
+        Location,
+        MLIRError,
+        Module,
+        Operation,
+    )
+
+    from explorer.codegen.pipeline import _Printer, _run_upstream
+
+    with Context(), Location.unknown():
+        module = Module.parse("module {\n  func.func @f() {\n    return\n  }\n}\n")
+        body = module.body.operations[0].regions[0].blocks[0]
+        with InsertionPoint.at_block_begin(body):     # an i32 constant with an f32 value
+            Operation.create("arith.constant", results=[IntegerType.get_signless(32)],
+                             attributes={"value": FloatAttr.get(F32Type.get(), 1.0)})
+        printer = _Printer()
+        try:
+            with pytest.raises(MLIRError, match="have same type"):
+                _run_upstream(module, Step("symbol-privatize", "builtin.module(symbol-privatize)"),
+                              printer, located=False)
+        finally:
+            printer.close()
+
+
 def test_a_compile_runs_no_ptxas(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """ptxas's resource report is off the compile's critical path: made when first asked."""
     import os
