@@ -1,17 +1,20 @@
 """Compile speed: recurrence text -> PTX, as a user meets it.
 
-For the affine scan and the selective scan, every strategy, each in fresh processes:
+For the affine scan and the selective scan, every strategy, each in ``--processes`` fresh
+processes (medians over them, so that other work on the machine shows less):
 
 * ``first``: the first ``explorer.compile`` of a fresh process, the imports included (what the
   first click on Compile costs in a new notebook kernel);
 * ``uncached``: ``explorer.compile(..., cache=False)`` again in that process (the median of
-  ``--repeat`` runs), and where its time goes: our passes (``scan-*``), the upstream passes, the
-  NVPTX backend (``gpu-module-to-binary``) and the rest (parsing, printing the IR after every
-  pass, the records);
+  ``--repeat`` runs in each process), ``cpu`` the CPU time of that compile, and where its time
+  goes: our passes (``scan-*``), the upstream passes, the NVPTX backend
+  (``gpu-module-to-binary``) and the rest (parsing, building, printing the IR after the passes,
+  the records);
 * ``memory`` and ``disk``: the same compile from the in-memory cache and from the disk cache as a
   new process finds it (the entry written by the background writer).
 
-    python bench/compile_speed.py [--repeat 5] [--chip sm_90]
+    python bench/compile_speed.py [--repeat 5] [--processes 3] [--chip sm_90]
+                                  [--case "affine scan"] [--strategy blelloch]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,31 +39,29 @@ STRATEGIES = ("sequential", "blelloch", "kogge_stone")
 
 # runs in a fresh interpreter: prints one JSON line
 _CHILD = r"""
-import json, statistics, sys, time
+import json, sys, time
 t0 = time.perf_counter()
 import explorer
 from explorer import compiler
 text, strategy, chip, repeat = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 explorer.compile(text, strategy=strategy, chip=chip, cache=False)
 first = time.perf_counter() - t0
-runs, parts = [], []
+runs = []
 for _ in range(repeat):
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     c = explorer.compile(text, strategy=strategy, chip=chip, cache=False)
-    runs.append(time.perf_counter() - t)
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     ours = sum(p.seconds for p in c.passes if p.name.startswith("scan-"))
     backend = sum(p.seconds for p in c.passes if p.name.startswith("gpu-module-to-binary"))
     upstream = sum(p.seconds for p in c.passes) - ours - backend
-    parts.append((ours, upstream, backend))
-best = sorted(range(repeat), key=lambda i: runs[i])[repeat // 2]
-t = time.perf_counter()
+    runs.append({"uncached": wall, "cpu": cpu, "ours": ours, "upstream": upstream,
+                 "backend": backend})
 explorer.compile(text, strategy=strategy, chip=chip)
 compiler.wait_for_cache_writes()
 t = time.perf_counter()
 explorer.compile(text, strategy=strategy, chip=chip)
 memory = time.perf_counter() - t
-print(json.dumps({"first": first, "uncached": runs[best], "ours": parts[best][0],
-                  "upstream": parts[best][1], "backend": parts[best][2], "memory": memory}))
+print(json.dumps({"first": first, "runs": runs, "memory": memory}))
 """
 
 _DISK = r"""
@@ -77,26 +79,48 @@ def _run(code: str, *argv: str, env: dict[str, str]) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def measure(text: str, strategy: str, chip: str, repeat: int, processes: int
+            ) -> dict[str, float]:
+    """Medians over ``processes`` fresh processes (``uncached`` and its parts: of the median
+    run of all of them)."""
+    firsts, runs, memory, disk = [], [], [], []
+    for _ in range(processes):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, SCANWEAVER_CACHE=cache,
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
+                                                  os.environ.get("PYTHONPATH")])))
+            r = json.loads(_run(_CHILD, text, strategy, chip, str(repeat), env=env))
+            disk.append(float(_run(_DISK, text, strategy, chip, env=env)))
+        firsts.append(r["first"])
+        runs += r["runs"]
+        memory.append(r["memory"])
+    runs.sort(key=lambda run: run["uncached"])
+    mid = runs[len(runs) // 2]
+    return {"first": statistics.median(firsts), **mid,
+            "cpu": statistics.median(run["cpu"] for run in runs),
+            "rest": mid["uncached"] - mid["ours"] - mid["upstream"] - mid["backend"],
+            "memory": statistics.median(memory), "disk": statistics.median(disk)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--chip", default="sm_90")
+    ap.add_argument("--case", action="append", choices=list(CASES),
+                    help="only this case (again for more)")
+    ap.add_argument("--strategy", action="append", choices=STRATEGIES,
+                    help="only this strategy (again for more)")
     args = ap.parse_args()
-    print(f"{'case':<16}{'strategy':<13}{'first':>8}{'uncached':>10}{'ours':>8}{'upstream':>10}"
-          f"{'backend':>9}{'rest':>8}{'memory':>9}{'disk':>8}   (seconds)")
-    for name, text in CASES.items():
-        for strategy in STRATEGIES:
-            with tempfile.TemporaryDirectory() as cache:
-                env = dict(os.environ, SCANWEAVER_CACHE=cache,
-                           PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
-                                                      os.environ.get("PYTHONPATH")])))
-                r = json.loads(_run(_CHILD, text, strategy, args.chip, str(args.repeat),
-                                    env=env))
-                disk = float(_run(_DISK, text, strategy, args.chip, env=env))
-            rest = r["uncached"] - r["ours"] - r["upstream"] - r["backend"]
+    print(f"{'case':<16}{'strategy':<13}{'first':>8}{'uncached':>10}{'cpu':>7}{'ours':>7}"
+          f"{'upstream':>10}{'backend':>9}{'rest':>7}{'memory':>9}{'disk':>8}   (seconds, "
+          f"medians of {args.processes} processes x {args.repeat} runs)")
+    for name in args.case or CASES:
+        for strategy in args.strategy or STRATEGIES:
+            r = measure(CASES[name], strategy, args.chip, args.repeat, args.processes)
             print(f"{name:<16}{strategy:<13}{r['first']:8.3f}{r['uncached']:10.3f}"
-                  f"{r['ours']:8.3f}{r['upstream']:10.3f}{r['backend']:9.3f}{rest:8.3f}"
-                  f"{r['memory']:9.5f}{disk:8.4f}")
+                  f"{r['cpu']:7.3f}{r['ours']:7.3f}{r['upstream']:10.3f}{r['backend']:9.3f}"
+                  f"{r['rest']:7.3f}{r['memory']:9.5f}{r['disk']:8.4f}", flush=True)
 
 
 if __name__ == "__main__":
