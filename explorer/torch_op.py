@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from explorer.autodiff import Backward, Ops, grad, gradients
+from explorer.autodiff import Backward, grad
 from explorer.frontend.names import h0_name
+from explorer.gradients import Ops, gradients
 
 if TYPE_CHECKING:
     from explorer.compiler import Compiled

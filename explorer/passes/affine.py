@@ -44,7 +44,8 @@ def symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, real=True)
 
 
-def _state_symbol(name: str, lag: int) -> sympy.Symbol:
+def state_symbol(name: str, lag: int) -> sympy.Symbol:
+    """The sympy symbol that stands for ``name[t-lag]`` of a state."""
     return sympy.Symbol(f"{name}[t]" if lag == 0 else f"{name}[t-{lag}]", real=True)
 
 
@@ -246,8 +247,8 @@ def decompose(rec: Recurrence) -> AffineForm:
     """Write each state update as ``s_t = A_t s_{t-1} + b_t`` (companion form for lags > 1)."""
     components = tuple((s, lag) for s in rec.states for lag in range(rec.order[s]))
     # symbols of the previous state vector: (name, lag) read in an update, lag >= 1
-    prev = {(name, lag + 1): _state_symbol(name, lag + 1) for name, lag in components}
-    cur = {(name, 0): _state_symbol(name, 0) for name, lag in components if lag == 0}
+    prev = {(name, lag + 1): state_symbol(name, lag + 1) for name, lag in components}
+    cur = {(name, 0): state_symbol(name, 0) for name, lag in components if lag == 0}
     S = len(components)
     A = sympy.zeros(S, S)
     b = sympy.zeros(S, 1)
@@ -262,8 +263,8 @@ def decompose(rec: Recurrence) -> AffineForm:
             coeff = sympy.diff(e, sym)
             A[i, j] = _tidy(coeff)
         b[i] = _tidy(e.subs(zero))
-    state_symbols = tuple(_state_symbol(name, lag) for name, lag in components)
-    cur_map = {**cur, **{(n, lag): _state_symbol(n, lag) for n, lag in components}}
+    state_symbols = tuple(state_symbol(name, lag) for name, lag in components)
+    cur_map = {**cur, **{(n, lag): state_symbol(n, lag) for n, lag in components}}
     readouts = {r: to_sympy(rec.statement(r).expr, cur_map) for r in rec.readouts}
     for i, (name, lag) in enumerate(components):
         if lag == 0:

@@ -1,0 +1,320 @@
+"""Stage: the gradients of a recurrence's arrays, elementwise, from the adjoint that
+:mod:`explorer.autodiff` derives and compiles (the formulas of its docstring, written once for
+NumPy and for torch: :class:`Ops`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import sympy
+
+from explorer.frontend.names import h0_name
+from explorer.passes.affine import LaneSum, state_symbol
+
+if TYPE_CHECKING:
+    from explorer.autodiff import Backward
+
+
+# ----------------------------------------------------------------------------------------------
+# Arrays: one set of formulas for NumPy and torch
+# ----------------------------------------------------------------------------------------------
+class Ops:
+    """The array operations the gradient formulas use (NumPy here; torch in torch_op)."""
+
+    def exp(self, x: Any) -> Any:
+        return np.exp(x)
+
+    def log(self, x: Any) -> Any:
+        return np.log(x)
+
+    def tanh(self, x: Any) -> Any:
+        return np.tanh(x)
+
+    def abs(self, x: Any) -> Any:
+        return np.abs(x)
+
+    def sign(self, x: Any) -> Any:
+        return np.sign(x)
+
+    def sqrt(self, x: Any) -> Any:
+        return np.sqrt(x)
+
+    def power(self, x: Any, p: float) -> Any:
+        return np.power(x, p)
+
+    def maximum(self, x: Any, y: Any) -> Any:
+        return np.maximum(x, y)
+
+    def minimum(self, x: Any, y: Any) -> Any:
+        return np.minimum(x, y)
+
+    def sum(self, x: Any, axis: int) -> Any:
+        return np.sum(x, axis=axis, keepdims=True)
+
+    def cat(self, parts: list[Any]) -> Any:
+        return np.concatenate(parts, axis=-1)
+
+    def broadcast(self, x: Any, shape: tuple[int, ...]) -> Any:
+        return np.broadcast_to(x, shape)
+
+    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
+        return np.zeros(shape, dtype=like.dtype)
+
+    def flip(self, x: Any) -> Any:
+        return np.ascontiguousarray(x[..., ::-1])
+
+    def shape(self, x: Any) -> tuple[int, ...]:
+        return tuple(x.shape)
+
+
+NUMPY = Ops()
+
+
+def evaluate(expr: sympy.Expr, env: Mapping[str, Any], ops: Ops, full: tuple[int, ...]) -> Any:
+    """Evaluate a sympy expression on arrays (``env``: symbol name -> array or number).
+
+    The arrays are in the canonical layout ``batch + (N or 1, L or 1)``; ``LaneSum`` sums over
+    the state axis (second to last) after broadcasting to ``full``.  Constant subexpressions are
+    folded by sympy first, so functions only ever see arrays.
+    """
+    if expr.is_number:
+        return float(expr)
+    if expr.is_Symbol:
+        try:
+            return env[expr.name]
+        except KeyError:
+            raise KeyError(f"no value for {expr.name}") from None
+    args = expr.args
+    if expr.is_Add or expr.is_Mul:
+        total = evaluate(args[0], env, ops, full)
+        for a in args[1:]:
+            v = evaluate(a, env, ops, full)
+            total = total + v if expr.is_Add else total * v
+        return total
+    if expr.is_Pow:
+        base = evaluate(args[0], env, ops, full)
+        p = float(args[1])
+        if p == 0.5:
+            return ops.sqrt(base)
+        if p == -1:
+            return 1.0 / base
+        if p == 2:
+            return base * base
+        if p.is_integer() and p > 0:
+            return ops.power(base, int(p))
+        return ops.power(base, p)
+    if isinstance(expr, LaneSum):
+        inner = evaluate(args[0], env, ops, full)
+        if isinstance(inner, float):
+            return inner * full[-2]
+        return ops.sum(ops.broadcast(inner, full), -2)
+    if isinstance(expr, sympy.Max | sympy.Min):
+        pick = ops.maximum if isinstance(expr, sympy.Max) else ops.minimum
+        vals = [evaluate(a, env, ops, full) for a in args]
+        out = vals[0]
+        for v in vals[1:]:
+            out = pick(out, v)
+        return out
+    if isinstance(expr, sympy.Heaviside):
+        return (ops.sign(evaluate(args[0], env, ops, full)) + 1.0) * 0.5
+    funcs = {sympy.exp: ops.exp, sympy.log: ops.log, sympy.tanh: ops.tanh, sympy.Abs: ops.abs,
+             sympy.sign: ops.sign}
+    f = funcs.get(expr.func)
+    if f is not None:
+        return f(evaluate(args[0], env, ops, full))
+    raise NotImplementedError(f"cannot evaluate {type(expr).__name__}: {expr}")
+
+
+class _Lazy(dict[str, Any]):
+    """An environment that evaluates a shared subexpression the first time it is read."""
+
+    def __init__(self, base: Mapping[str, Any], shared: Mapping[str, sympy.Expr], ops: Ops,
+                 full: tuple[int, ...]) -> None:
+        super().__init__(base)
+        self.shared, self.ops, self.full = shared, ops, full
+
+    def __missing__(self, name: str) -> Any:
+        if name not in self.shared:
+            raise KeyError(name)
+        value = evaluate(self.shared[name], self, self.ops, self.full)
+        self[name] = value
+        return value
+
+
+def canonical_shape(shape: tuple[int, ...], timed: bool, lane: bool, rank: int
+                    ) -> tuple[int, ...]:
+    """The shape of an array in the canonical layout ``batch + (N or 1, L or 1)``, its batch
+    padded with leading 1s to ``rank`` axes."""
+    s = list(shape)
+    if not timed:
+        s.append(1)
+    if not lane:
+        s.insert(len(s) - 1, 1)
+    return (1,) * (rank + 2 - len(s)) + tuple(s)
+
+
+def reduce_to(x: Any, shape: tuple[int, ...], ops: Ops) -> Any:
+    """``x`` summed over the axes that ``shape`` (same rank) broadcasts, then broadcast to
+    ``shape`` (a derivative constant along an axis of the array)."""
+    if isinstance(x, float):
+        return x
+    xs = ops.shape(x)
+    for axis, (have, want) in enumerate(zip(xs, shape)):
+        if want == 1 and have != 1:
+            x = ops.sum(x, axis)
+    return ops.broadcast(x, shape)
+
+
+def _prev(x: Any, k: int, init: Any, ops: Ops, L: int) -> Any:
+    """``x[t-k]`` along the last axis: ``init`` at t = k-1 (h[-1], zero when None), zeros
+    before."""
+    if k == 0:
+        return x
+    lead = ops.shape(x)[:-1]
+    parts = [ops.zeros((*lead, k - 1), x)] if k > 1 else []
+    first = ops.zeros((*lead, 1), x) if init is None else ops.broadcast(init, (*lead, 1))
+    parts += [first, x[..., :max(L - k, 0)]]
+    out = ops.cat(parts)
+    return out[..., :L] if k > L else out
+
+
+def _next(x: Any, ops: Ops) -> Any:
+    """``x[t+1]`` along the last axis, the last step repeated."""
+    if ops.shape(x)[-1] <= 1:
+        return x
+    return ops.cat([x[..., 1:], x[..., -1:]])
+
+
+def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping[str, Any],
+              cotangents: Mapping[str, Any], scan: Callable[[dict[str, Any]], dict[str, Any]],
+              reverse: bool = False, L: int | None = None,
+              needed: set[str] | None = None) -> dict[str, Any]:
+    """The gradients of every array in ``arrays`` (names of the forward: inputs, parameters,
+    initial states), shaped like them.
+
+    ``states`` are the forward's state outputs and ``cotangents`` the gradients of the outputs
+    (missing: zero), all shaped as the forward returns them; ``scan(call)`` runs the compiled
+    adjoint on ``call`` (name -> array, the backward recurrence's own layout) and returns its
+    states.  ``reverse``: the forward was a reverse scan.  ``needed`` restricts the result.
+    """
+    rec, form = bw.forward, bw.form
+    names = bw.names
+    lane_of = rec.lane_names
+    vector = rec.vector
+    specs = {n: (True, n in lane_of) for n in rec.inputs}
+    specs.update({n: (False, n in lane_of) for n in rec.params})
+    specs.update({h0_name(s): (False, vector) for s in rec.states})
+    shapes = {n: tuple(ops.shape(v)) for n, v in arrays.items()}
+    # the batch and sizes, from the forward's states (which are full-size)
+    s0 = states[rec.states[0]]
+    full_state = tuple(ops.shape(s0))
+    batch = full_state[:-2] if vector else full_state[:-1]
+    length = full_state[-1]
+    N = full_state[-2] if vector else 1
+    full = (*batch, N, length)
+    rank = len(batch)
+
+    def to_canonical(name: str, x: Any) -> Any:
+        timed, lane = specs[name]
+        return x.reshape(canonical_shape(tuple(ops.shape(x)), timed, lane, rank))
+
+    def flip(x: Any) -> Any:
+        return ops.flip(x) if reverse else x
+
+    views = {n: to_canonical(n, v) for n, v in arrays.items()}
+    for n in rec.inputs:
+        if n in views:
+            views[n] = flip(views[n])
+    traj = {s: flip(v if vector else v.reshape((*batch, 1, length))) for s, v in states.items()}
+    h0 = {s: views.get(h0_name(s)) for s in rec.states}
+    if length == 0:
+        return {n: ops.zeros(shapes[n], v) for n, v in arrays.items()
+                if needed is None or n in needed}
+
+    # --- the environment: inputs, parameters, past states, cotangents -------------------------
+    env = _Lazy({n: v for n, v in views.items() if n in rec.inputs + rec.params},
+                bw.shared, ops, full)
+    like = s0
+    for s in rec.states:
+        for k in range(form.recurrence.order[s] + 1):
+            env[state_symbol(s, k).name] = _prev(traj[s], k, h0[s], ops, length)
+    for o in form.outputs:
+        g = cotangents.get(o)
+        lane = vector and o in rec.states
+        if g is None:   # an output the loss does not read: zeros, never laid out
+            g = ops.broadcast(ops.zeros((1,) * (rank + 2), like),
+                              (*batch, N if lane else 1, length))
+        else:
+            g = flip(g if lane else g.reshape((*batch, 1, length)))
+        env[names.cotangent[o]] = g
+
+    # --- the adjoint scan --------------------------------------------------------------------
+    call: dict[str, Any] = {}
+    brec = bw.recurrence
+    for n in brec.inputs + brec.params:
+        if n in names.next.values():
+            x = next(k for k, v in names.next.items() if v == n)
+            value = _next(env[x], ops)
+        elif n in names.trajectory.values():
+            s = next(k for k, v in names.trajectory.items() if v == n)
+            value = env[state_symbol(s, 0).name]
+        elif n in names.direct.values():
+            c = next(k for k, v in names.direct.items() if v == n)
+            i = form.components.index(c)
+            value = ops.broadcast(evaluate(bw.reduced[("direct", "", i)], env, ops, full),
+                                  full)
+        else:
+            value = env[n]
+        call[n] = _call_layout(value, n in brec.inputs, n in brec.lane_names)
+    lam_call = scan(call)
+    lam = {}
+    for i, c in enumerate(form.components):
+        v = lam_call[names.adjoint[c]]
+        lam[i] = v if vector else v.reshape((*batch, 1, length))
+
+    # --- the gradients -----------------------------------------------------------------------
+    out: dict[str, Any] = {}
+    for n in arrays:
+        if (needed is not None and n not in needed) or n not in specs or \
+                n not in rec.inputs + rec.params:
+            continue
+        # the terms through the scan vary along n with lam; a readout's only where its
+        # derivative does (dL/dD of sum(C * h) + D * x is per channel, not per lane)
+        grads = []
+        for i, _ in bw.scan_terms.get(n, []):
+            grads.append(lam[i] * evaluate(bw.reduced[("scan", n, i)], env, ops, full))
+        for r, _ in bw.readout_terms.get(n, []):
+            grads.append(env[names.cotangent[r]] *
+                         evaluate(bw.reduced[("readout", n, r)], env, ops, full))
+        canon = ops.shape(views[n])
+        g = ops.zeros(canon, like)
+        for part in grads:
+            g = g + reduce_to(part, canon, ops)
+        if n in rec.inputs:
+            g = flip(g)
+        out[n] = g.reshape(shapes[n])
+    at0 = {k: (v[..., :1] if k in rec.inputs else v) for k, v in env.items()}
+    for s in rec.states:
+        key = h0_name(s)
+        if key not in arrays or (needed is not None and key not in needed):
+            continue
+        canon = ops.shape(views[key])
+        g = ops.zeros(canon, like)
+        for i, e in bw.h0_terms[s]:
+            g = g + reduce_to(lam[i][..., :1] * evaluate(e, at0, ops, full), canon, ops)
+        out[key] = g.reshape(shapes[key])
+    return out
+
+
+def _call_layout(x: Any, timed: bool, lane: bool) -> Any:
+    """A canonical ``batch + (N or 1, L or 1)`` array in the layout a call takes."""
+    if timed and lane:
+        return x
+    if timed:
+        return x[..., 0, :]
+    if lane:
+        return x[..., :, 0]
+    return x[..., 0, 0]
