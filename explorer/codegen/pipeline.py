@@ -208,8 +208,22 @@ class _Printer:
     HEADER = "// -----// IR Dump After "
     TRAILER = "\n\n"
 
+    #: free space the folder's file system must have: MLIR aborts the process when it cannot
+    #: write a file it printed to (a module prints to a few MB, each file is removed once read)
+    MIN_FREE_BYTES = 256 * 1024 * 1024
+
     def __init__(self) -> None:
-        self.root = tempfile.mkdtemp(prefix="scanweaver-ir-")
+        """Raises OSError when no folder with room enough can be made."""
+        # memory first (/dev/shm: no file system journal), then the temporary folder
+        for parent in ("/dev/shm", tempfile.gettempdir()):
+            try:
+                if (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
+                        and shutil.disk_usage(parent).free >= self.MIN_FREE_BYTES):
+                    self.root = tempfile.mkdtemp(prefix="scanweaver-ir-", dir=parent)
+                    return
+            except OSError:
+                continue
+        raise OSError("no folder with room for the IR printer")
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

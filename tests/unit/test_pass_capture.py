@@ -117,17 +117,26 @@ def test_records_match_the_plain_capture(preset: str, strategy: str, target: str
 
 
 
-def test_without_a_folder_for_the_printer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where no folder can be made, the module is printed through Python: the same records."""
+@pytest.mark.parametrize("trouble", ["no folder", "no room"])
+def test_without_a_folder_for_the_printer(trouble: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no folder (with room enough) can be made, the module is printed through Python:
+    the same records."""
+    import shutil
     import tempfile
 
     def refuse(*args: Any, **kwargs: Any) -> str:
         raise PermissionError("no temporary folder here")
 
+    def full(path: Any) -> Any:
+        return shutil._ntuple_diskusage(1 << 30, 1 << 30, 1 << 20)  # type: ignore[attr-defined]
+
     rec = Recurrence.parse(PRESETS["affine scan"])
     text = build_scan(rec)
     expected, _ = oracle(text, _steps(rec, "sequential", "cuda"))
-    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    if trouble == "no folder":
+        monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    else:
+        monkeypatch.setattr(shutil, "disk_usage", full)
     lowered = lower(text, validate("sequential", "cuda"), _steps(rec, "sequential", "cuda"))
     got = [{"name": p.name, "ir": _timeless(p.ir), "changed": p.changed, "pipeline": p.pipeline,
             "locations": p.locations} for p in lowered.passes]
