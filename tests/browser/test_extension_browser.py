@@ -9,7 +9,8 @@ start, as on a machine without the notebook's kernel. Checks: both files open in
 highlighted tokens; the notebook, opened with no kernel, shows the stages, steps
 through the passes with diffs, and draws the scan tree and the timing plot; in a second saved
 notebook (the selective scan) a click on a term of the recurrence marks the ops of the pass shown
-and the PTX lines it became, and a click on a PTX line names its term. Screenshots go to
+and the PTX lines it became, and a click on a PTX line names its term. (The HTML snapshot, which
+draws the same view from disk, is tested in ``test_snapshot_browser.py``.) Screenshots go to
 ``test-output/browser/``.
 """
 
@@ -369,24 +370,6 @@ def test_a_term_marks_its_ops_and_ptx_lines(lab_root: Path, extension_lab: str, 
     header.locator(".sw-term[data-term='2:33']").hover()
     assert info.inner_text().startswith(f"D: {_count(where['2:33']['scan-lower'])} op")
     assert panel.locator(".sw-line.sw-linked").count() == _count(where["2:33"]["scan-lower"])
-
-
-def test_snapshot_file_opens_in_a_browser(lab_root: Path, page: Any, output_dir: Path,
-                                          tmp_path: Path) -> None:
-    """The HTML snapshot alone, from disk: stages, pass diffs and the plot, no server."""
-    import explorer as ex
-    from explorer.widget.bundle import snapshot
-
-    compiled = ex.compile(ex.PRESETS["affine scan"])
-    path = snapshot(compiled, tmp_path / "scan.html", [
-        {"name": "compiled blelloch", "length": 2 ** k, "channels": 64, "seconds": 1e-6 * k,
-         "bytes": 12 * 64 * 2 ** k, "device": "cuda"} for k in range(8, 16)])
-    page.goto(path.as_uri())
-    page.wait_for_selector(".sw-report h2")
-    assert page.locator(".sw-report details").count() > 10
-    assert page.locator(".sw-report polyline").count() == 1
-    page.locator(".sw-report details").nth(3).locator("summary").click()
-    page.screenshot(path=str(output_dir / "37-snapshot.png"), full_page=False)
 
 
 def test_extension_unit_tests() -> None:
