@@ -5,9 +5,13 @@
     scanweaver bench out/blelloch out/sequential --sizes 4096x1024,16x2^20 \\
         --baselines all --json bench.json --html bench.html
     scanweaver report bench.json --html bench.html     # figure from saved results
+    scanweaver report bench.json --snapshot scan.html --recurrence "h[t] = a[t] * h[t-1] + b[t]"
 
 ``compile`` needs the compiler (sympy, MLIR); ``run`` and ``bench`` need NumPy and CuPy only
 (PyTorch, JAX, cuda-cccl and accelerated-scan are used by ``bench`` when they import).
+``report --snapshot`` writes the HTML file ``Explorer.snapshot`` writes (every stage, the pass
+list with diffs, the PTX resources, the timings of the JSON with their plot): of a recurrence it
+compiles (``--recurrence``), or of a record ``Compiled.dump`` wrote (``--record``, no MLIR needed).
 """
 
 from __future__ import annotations
@@ -127,10 +131,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lanes N for artifacts with vector (Mamba) states (default 16)")
     b.add_argument("--quiet", action="store_true", help="no progress display")
 
-    p = sub.add_parser("report", help="table and figure from a bench JSON file (no GPU needed)")
-    p.add_argument("json_in", metavar="JSON", help="a file written by scanweaver bench --json")
+    p = sub.add_parser("report", help="table and figure from a bench JSON file, and one HTML "
+                                      "file of a compile (no GPU needed)")
+    p.add_argument("json_in", metavar="JSON", nargs="?", default=None,
+                   help="a file written by scanweaver bench --json (with --snapshot: the "
+                        "timings it shows)")
     p.add_argument("--html", dest="html_path", default=None, help="write the plotly figure")
     p.add_argument("--table", dest="table_path", default=None, help="write the text table")
+    p.add_argument("--snapshot", dest="snapshot_path", default=None, metavar="HTML",
+                   help="write one self-contained HTML file of a compile: its stages, the pass "
+                        "list with diffs, the PTX resources, the JSON's timings and their plot")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--recurrence", default=None,
+                        help="the recurrence to compile for --snapshot (its text, a file "
+                             "holding it, or '-' for stdin)")
+    source.add_argument("--record", default=None,
+                        help="a compile record written by Compiled.dump, for --snapshot (read "
+                             "without MLIR)")
+    p.add_argument("--strategy", default="blelloch",
+                   help="scan strategy of --recurrence (default: blelloch)")
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--elements-per-thread", type=int, default=None)
+    p.add_argument("--chip", default=None, help="e.g. sm_90")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other compile option of --recurrence (repeatable)")
     return parser
 
 
@@ -441,28 +465,71 @@ def _type_name(hint: Any) -> str:
             type(None): "null"}.get(origin, str(hint))
 
 
+def _snapshot_source(args: argparse.Namespace) -> Any:
+    """The compile ``--snapshot`` shows: ``--recurrence`` compiled here, or ``--record`` read."""
+    if args.record is not None:
+        from explorer.compiler import load_compiled
+
+        try:
+            return load_compiled(args.record)
+        except ValueError as err:
+            raise CliError(f"--record {err}") from None
+    from explorer.codegen.options import validate
+
+    opts = compile_options(args)
+    validate(args.strategy, "cuda", **opts)   # OptionError before anything is read
+    text = _read_recurrence(args.recurrence)
+
+    import explorer
+
+    return explorer.compile(text, target="cuda", strategy=args.strategy, **opts)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from explorer.bench.results import format_table, save_html
 
-    for path, flag in ((args.html_path, "--html"), (args.table_path, "--table")):
+    for path, flag in ((args.html_path, "--html"), (args.table_path, "--table"),
+                       (args.snapshot_path, "--snapshot")):
         if path is not None:
             check_output(path, flag)
-    records, env = load_results(args.json_in)
-    try:
-        table = format_table(records, _title(env))
-    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as err:
-        raise CliError(f"JSON {args.json_in}: a result has a field of the wrong type "
-                       f"({type(err).__name__}: {err})") from None
-    print(table)
-    if args.table_path:
-        _write_text(args.table_path, table + "\n")
-    if args.html_path:
+    has_source = args.recurrence is not None or args.record is not None
+    if args.snapshot_path is not None and not has_source:
+        raise CliError("--snapshot needs the compile to show: --recurrence TEXT or --record "
+                       "FILE")
+    if has_source and args.snapshot_path is None:
+        raise CliError("--recurrence and --record are for --snapshot HTML: say where to write "
+                       "it")
+    if args.json_in is None and args.snapshot_path is None:
+        raise CliError("give a JSON file written by scanweaver bench --json, or --snapshot HTML "
+                       "with --recurrence or --record")
+    records: list[Any] = []
+    if args.json_in is not None:
+        records, env = load_results(args.json_in)
         try:
-            save_html(args.html_path, records, _title(env))
+            table = format_table(records, _title(env))
         except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as err:
             raise CliError(f"JSON {args.json_in}: a result has a field of the wrong type "
                            f"({type(err).__name__}: {err})") from None
-        print(f"wrote {args.html_path}")
+        print(table)
+        if args.table_path:
+            _write_text(args.table_path, table + "\n")
+        if args.html_path:
+            try:
+                save_html(args.html_path, records, _title(env))
+            except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as err:
+                raise CliError(f"JSON {args.json_in}: a result has a field of the wrong type "
+                               f"({type(err).__name__}: {err})") from None
+            print(f"wrote {args.html_path}")
+    elif args.html_path or args.table_path:
+        raise CliError("--html and --table write the results of a JSON file: give one")
+    if args.snapshot_path is not None:
+        from explorer.widget.bundle import snapshot
+
+        compiled = _snapshot_source(args)
+        out = snapshot(compiled, args.snapshot_path, records or None)
+        timings = f", {len(records)} timings" if records else ""
+        print(f"wrote {out} ({len(compiled.stages)} stages, {len(compiled.passes)} passes"
+              f"{timings})")
     return 0
 
 
