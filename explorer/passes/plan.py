@@ -56,6 +56,9 @@ class Sweep:
 
 #: the grid schemes of tree plans
 TREE_GRIDS = ("lookback", "chunked")
+#: the lanes that look back: one warp (read back from records where MLIR may be absent, so not
+#: taken from the code generator)
+LOOKBACK_LANES = 32
 
 
 @dataclass(frozen=True)
@@ -142,12 +145,10 @@ def choose_plan(form: Any, options: Any) -> Plan:
         grid = (Grid("lookback", direction, o.tile, 1, CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM)
                 if o.grid == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
-        from explorer.codegen.threads import WARP
-
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size), grid,
-                    lookback=(Lookback(WARP, o.lookback_tiles) if grid.scheme == "lookback"
-                              else None))
+                    lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles)
+                              if grid.scheme == "lookback" else None))
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction), tile_steps=seq_layout(form, o).steps)
 
@@ -260,14 +261,12 @@ def _lookback_from(raw: Any) -> Lookback | None:
 def _check_lookback(plan: Plan) -> None:
     """A look-back grid has its ``scan.lookback`` (a warp of lanes, a power of two up to 16
     tiles a lane), and no other grid has one."""
-    from explorer.codegen.threads import WARP
-
     look = plan.lookback
     if (look is not None) != (plan.grid.scheme == "lookback"):
         raise ValueError("scan.lookback goes with the lookback grid, and only with it")
     if look is not None:
         t = look.tiles_per_lane
-        if look.lanes != WARP or not 1 <= t <= 16 or t & (t - 1):
+        if look.lanes != LOOKBACK_LANES or not 1 <= t <= 16 or t & (t - 1):
             raise ValueError(f"a look-back of {look.lanes} lanes x {t} tiles is not one the "
                              "lowering implements (a warp of 32, 1 to 16 tiles a lane)")
 
