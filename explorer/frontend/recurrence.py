@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from explorer.frontend.checks import Checker, check_state_size  # noqa: F401
+
 # the language's tree and the parser's limits, named from here as before
 from explorer.frontend.parser import (  # noqa: F401
     BINARY_FUNCTIONS,
@@ -36,7 +38,6 @@ from explorer.frontend.parser import (  # noqa: F401
     RESERVED,
     UNARY_FUNCTIONS,
     _Parser,
-    check_state_size,
 )
 from explorer.frontend.tree import (  # noqa: F401
     Binary,
@@ -75,7 +76,8 @@ class Recurrence:
     @classmethod
     def parse(cls, text: str, name: str | None = None) -> Recurrence:
         """Parse and check recurrence text; raises :class:`explorer.RecurrenceError`."""
-        return cls(*_Parser(text).parse(name))
+        parser = _Parser(text)
+        return cls(*Checker(parser).check(parser.parse(), name))
 
     def statement(self, target: str) -> Statement:
         for s in self.statements:
