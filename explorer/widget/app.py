@@ -115,8 +115,8 @@ class Explorer(widgets.VBox):
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
                  strategy: str = "blelloch", block_size: int | None = None,
                  elements_per_thread: int | None = None, chip: str = "sm_90",
-                 dtype: str = "float32", reverse: bool = False) -> None:
-        from explorer.codegen.options import Options, validate
+                 dtype: str = "float32", reverse: bool = False, grid: str = "chunked") -> None:
+        from explorer.codegen.options import GRIDS, Options, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
 
@@ -130,6 +130,7 @@ class Explorer(widgets.VBox):
             recurrence = given.recurrence
             target, strategy = given.target, given.strategy
             chip, dtype, reverse = opts["chip"], opts["dtype"], opts["reverse"]
+            grid = opts.get("grid", "chunked")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         if block_size is None:
@@ -140,7 +141,7 @@ class Explorer(widgets.VBox):
         # what is accepted (the controls offer exactly the accepted values)
         validate(strategy, target, block_size=block_size,
                  elements_per_thread=elements_per_thread, chip=chip, dtype=dtype,
-                 reverse=reverse)
+                 reverse=reverse, grid=grid)
         if isinstance(recurrence, Recurrence):
             recurrence = recurrence.text
         if not isinstance(recurrence, str):
@@ -191,6 +192,14 @@ class Explorer(widgets.VBox):
                                                 "initial state after the last step",
                                         layout=widgets.Layout(width="150px"))
         self.reverse.add_class("sw-reverse")
+        # the grid level of a tree plan: how few long sequences are spread over blocks
+        self.grid = widgets.Dropdown(
+            options=[("chunked (reduce, carry, rescan)", "chunked"),
+                     ("look-back (one pass)", "lookback")][:len(GRIDS)], value=grid,
+            description="grid", layout=widgets.Layout(width="290px"), style=style,
+            disabled=strategy == "sequential",
+            tooltip="how a tree plan spreads few long sequences over blocks (scan.grid)")
+        self.grid.add_class("sw-grid")
         if len(dtypes) == 1:
             self.dtype.disabled = True
             self.dtype.tooltip = f"the compiler generates {dtypes[0]} kernels"
@@ -219,7 +228,8 @@ class Explorer(widgets.VBox):
             self.text,
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
-                          self.elements_per_thread, self.dtype, self.chip, self.reverse],
+                          self.elements_per_thread, self.grid, self.dtype, self.chip,
+                          self.reverse],
                          layout=widgets.Layout(flex_flow="row wrap")),
             self.times.widget,
             self.tabs,
@@ -230,7 +240,7 @@ class Explorer(widgets.VBox):
         self.text.observe(lambda _c: self.recompile(), names="value")
         self.compile_button.on_click(lambda _b: self.recompile())
         for control in (self.target, self.strategy, self.block_size, self.elements_per_thread,
-                        self.dtype, self.chip, self.reverse):
+                        self.grid, self.dtype, self.chip, self.reverse):
             control.observe(lambda _c: self.recompile(), names="value")
         self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
         if given is not None:
@@ -249,6 +259,7 @@ class Explorer(widgets.VBox):
             "chip": self.chip.value,
             "dtype": self.dtype.value,
             "reverse": bool(self.reverse.value),
+            "grid": self.grid.value,
         }
 
     def recompile(self) -> bool:
@@ -259,6 +270,8 @@ class Explorer(widgets.VBox):
         """
         import explorer
 
+        # the sequential plan has no grid of blocks to choose
+        self.grid.disabled = self.strategy.value == "sequential"
         self.status.value = "<i>compiling…</i>"
         start = time.perf_counter()
         try:

@@ -305,6 +305,16 @@ class TreeView(View):
                       f"{plan.threads} thread aggregates in {len(plan.sweeps)} "
                       f"<code>scan.sweep</code> levels (a barrier after each); grid "
                       f"<code>{html.escape(grid.scheme)}</code>{direction}")
+            if plan.lookback is not None:
+                window = plan.lookback.lanes * plan.lookback.tiles_per_lane
+                layout += (f": sequences too few to fill the GPU are cut into tiles of "
+                           f"{grid.tile} steps, one a block, in one pass; each block looks "
+                           f"back over the tiles before it, {window} a round trip "
+                           f"(<code>scan.lookback</code>: {plan.lookback.lanes} lanes x "
+                           f"{plan.lookback.tiles_per_lane} tiles)")
+            elif grid.scheme == "chunked":
+                layout += (": sequences too few to fill the GPU are cut into chunks of whole "
+                           f"tiles of {grid.tile} steps (reduce, carry, rescan)")
             rest = ""
             if picture.n < plan.threads:
                 rest = (f"; the sweeps with a stride of {picture.n} or more join them to the "
