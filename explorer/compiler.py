@@ -387,7 +387,6 @@ def _plan_text(plan: Any) -> str:
         return (f"each warp stages 32 sequences x {plan.tile_steps} time steps through shared "
                 "memory, coalesced along time; one thread per sequence walks its row with the "
                 f"state in registers ({B} threads, {B} sequences a block)")
-    g = plan.grid
     tree = {"blelloch": "Blelloch (up-sweep, then down-sweep: exclusive prefixes)",
             "kogge_stone": "Kogge-Stone (log2 B levels: inclusive prefixes)"}[plan.tree]
     prefix = {"blelloch": "its exclusive prefix from the down-sweep",
@@ -401,11 +400,24 @@ def _plan_text(plan: Any) -> str:
         f"{len(plan.sweeps)} sweeps, a barrier after each\n"
         f"  3. each thread applies the prefix of the threads before it ({prefix}) to its {E} "
         "elements\n"
-        f"  4. scan.grid ({g.scheme}): a whole sequence per block when there are at least "
-        f"{g.unchunked_from} x the GPU's block slots of sequences, else chunks of at least "
-        f"{g.min_tiles} tiles giving {g.fill} x the slots in blocks: reduce (one aggregate per "
-        "chunk) -> carry (one block per sequence scans the aggregates) -> scan each chunk from "
-        "its carry; the chunk length is chosen per call")
+        + _grid_text(plan))
+
+
+def _grid_text(plan: Any) -> str:
+    g = plan.grid
+    whole = (f"  4. scan.grid ({g.scheme}): a whole sequence per block when there are at least "
+             f"{g.unchunked_from} x the GPU's block slots of sequences, else ")
+    if plan.lookback is not None:
+        window = plan.lookback.lanes * plan.lookback.tiles_per_lane
+        return (whole + "one tile per block, in one pass: the block publishes its tile's "
+                "aggregate, warp 0 looks back over the tiles before it (scan.lookback: "
+                f"{window} tiles a round trip, waiting on tiles not yet published) for the "
+                "state before its tile, publishes the state after it, and the block applies "
+                "it as the carry; the choice is made per call")
+    return (whole + f"chunks of at least {g.min_tiles} tiles giving {g.fill} x the slots in "
+            "blocks: reduce (one aggregate per chunk) -> carry (one block per sequence scans "
+            "the aggregates) -> scan each chunk from its carry; the chunk length is chosen per "
+            "call")
 
 
 # -- the cache ----------------------------------------------------------------------------------
