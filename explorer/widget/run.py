@@ -10,7 +10,7 @@ figure (trace and layout deltas), and ipywidgets applies each answer on the kern
 holding the figure's trait notifications; a change made by another thread inside that window is
 merged away (plotly sets ``_py2js_addTraces`` and resets it to None, so only the None is sent and
 the trace never reaches the browser). So the sweep thread measures, and hands each widget change
-to the kernel's event loop (``call_soon_threadsafe``); without a running loop (a script) it
+to the kernel's event loop (``call_soon_threadsafe``); outside a kernel (a script, a test) it
 changes them itself. The panel never ignores a request silently: a sweep it cannot start says
 why in the status line.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import html
+import sys
 import tempfile
 import threading
 import time
@@ -167,8 +168,18 @@ def status_html(state: str, text: str, color: str | None = None) -> str:
     return f"<span class='sw-sweep-state sw-sweep-{state}'{style}>{html.escape(text)}</span>"
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running this thread (ipykernel's, in a notebook), or None."""
+def _in_kernel() -> bool:
+    """Whether this process is an IPython kernel (whose loop handles the front end's messages)."""
+    kernelbase = sys.modules.get("ipykernel.kernelbase")
+    return kernelbase is not None and bool(kernelbase.Kernel.initialized())
+
+
+def _kernel_loop() -> asyncio.AbstractEventLoop | None:
+    """The kernel's event loop when this thread runs it (a button's handler, a cell), else None.
+    Another loop running this thread (a test driving a browser, say) is not the kernel's: it may
+    not run again for a long time, so the sweep changes the widgets itself there."""
+    if not _in_kernel():
+        return None
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -432,7 +443,7 @@ class RunPanel:
         self.sweep_button.disabled = True
         self.stop_button.disabled = False
         self.status.value = status_html("running", f"starting: {_lengths_text(sizes)}")
-        post = self._poster(self._generation, None if wait else _running_loop())
+        post = self._poster(self._generation, None if wait else _kernel_loop())
         if wait:
             self._sweep(compiled, sizes, post)
         else:

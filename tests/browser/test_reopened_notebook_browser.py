@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import WheelEnv, running_lab
+from tests.browser.test_extension_browser import _dismiss_kernel_dialog
 from tests.browser.test_quickstart_browser import KERNEL_IDLE_JS, run_all_cells
 
 pytestmark = pytest.mark.timeout(600)
@@ -158,8 +159,6 @@ def test_reopened_without_a_kernel(saved: tuple[Any, dict[str, Any]], lab_folder
         page = context.new_page()
         try:
             _open(page, url)
-            from tests.browser.test_extension_browser import _dismiss_kernel_dialog
-
             _dismiss_kernel_dialog(page)
             shown = _wait_for(page, "s.saved === 1", "the saved view shows with no kernel")
             page.wait_for_timeout(1500)

@@ -25,6 +25,7 @@ pytest.importorskip("plotly")
 pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
 
 import explorer as ex  # noqa: E402
+from explorer.widget import run  # noqa: E402
 from explorer.widget.run import RunPanel  # noqa: E402
 
 AFFINE = ex.PRESETS["affine scan"]
@@ -57,10 +58,21 @@ def _added_traces(panel: RunPanel) -> list[str]:
     return sent
 
 
+KERNEL_THREAD = "kernel-loop"
+REAL_IN_KERNEL = run._in_kernel
+
+
+@pytest.fixture(autouse=True)
+def _a_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests play the kernel: the panel takes their loop for the kernel's."""
+    monkeypatch.setattr(run, "_in_kernel", lambda: True)
+
+
 def _run_like_a_kernel(panel: RunPanel, start: Any, answer_browser: bool = True) -> list[str]:
     """Call ``start()`` inside a running event loop (as ipykernel calls a button's handler),
     then keep the loop's thread busy the way the kernel is while a sweep runs: applying the
-    front end's answers to the figure, each inside ``hold_trait_notifications``. Returns the
+    front end's answers to the figure, each inside ``hold_trait_notifications``. The loop runs
+    in a thread of its own (the test's thread may run another loop: Playwright's). Returns the
     names of the threads that changed the figure."""
     threads: list[str] = []
     add_point = panel._add_point
@@ -80,8 +92,39 @@ def _run_like_a_kernel(panel: RunPanel, start: Any, answer_browser: bool = True)
                     time.sleep(0.002)   # a layout delta being applied
             await asyncio.sleep(0.001)
 
-    asyncio.run(kernel())
+    failed: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            asyncio.run(kernel())
+        except BaseException as err:  # noqa: BLE001 - raised again in the test's thread
+            failed.append(err)
+
+    thread = threading.Thread(target=loop, name=KERNEL_THREAD)
+    thread.start()
+    thread.join(180)
+    if failed:
+        raise failed[0]
     return threads
+
+
+def test_outside_a_kernel_the_sweep_changes_the_widgets_itself(
+        compiled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run, "_in_kernel", lambda: False)
+    panel = _panel(compiled)
+
+    async def start() -> None:   # a loop runs this thread, but it is not a kernel's
+        panel.sweep([64, 128], wait=False)
+
+    thread = threading.Thread(target=lambda: asyncio.run(start()))
+    thread.start()
+    thread.join(60)
+    panel.join(120)
+    assert "done: 4 measurements" in panel.status.value
+
+
+def test_a_test_process_is_not_a_kernel() -> None:
+    assert REAL_IN_KERNEL() is False
 
 
 def test_no_trace_is_lost_while_the_kernel_handles_the_browser(compiled: Any) -> None:
@@ -96,7 +139,7 @@ def test_no_trace_is_lost_while_the_kernel_handles_the_browser(compiled: Any) ->
     for trace in panel.figure.data:
         assert list(trace.x) == [64, 128, 256, 512]
     # every change of the figure was made on the loop's (the kernel's) thread
-    assert threads and set(threads) == {threading.main_thread().name}
+    assert threads and set(threads) == {KERNEL_THREAD}
     assert "done: 8 measurements" in panel.status.value
     assert panel.progress.value == 4 and panel.progress.bar_style == "success"
     assert not panel.sweep_button.disabled and panel.stop_button.disabled
