@@ -174,7 +174,35 @@ def _fail(message: str, step: Step, diagnostics: str, ir_before: str,
                         ir_before=ir_before, reproducer=_reproducer(ir_before, step, options))
 
 
-def _kernel_llvm_ir(module: Module) -> str:
+#: the dialects MLIR's translation to LLVM IR takes (anything else crashes the bindings'
+#: translate_module_to_llvmir, killing a notebook's kernel, instead of raising)
+_TRANSLATABLE = ("llvm.", "nvvm.", "builtin.")
+
+
+def _untranslatable(op: Any, out: set[str]) -> set[str]:
+    """Names of the ops under ``op`` (itself included) that the translation cannot take."""
+    stack = [op]
+    while stack:
+        current = stack.pop()
+        name = current.name
+        if not name.startswith(_TRANSLATABLE):
+            out.add(name)
+        for region in current.regions:
+            for block in region.blocks:
+                stack.extend(o.operation for o in block.operations)
+    return out
+
+
+def _check_translatable(op: Any, what: str, step: str, ir: str) -> None:
+    left = _untranslatable(op, set())
+    if left:
+        raise CompileError(
+            f"the {what} still holds ops that LLVM IR has no translation for after the "
+            f"lowering passes: {', '.join(sorted(left)[:8])} (a pass did not convert them)",
+            pass_name=step, ir_before=ir)
+
+
+def _kernel_llvm_ir(module: Module, ir: str = "") -> str:
     """LLVM IR of the device code: the gpu.module's LLVM dialect, translated."""
     parts = []
     for op in module.body.operations:
@@ -183,6 +211,7 @@ def _kernel_llvm_ir(module: Module) -> str:
         inner = Module.create()
         for nested in op.regions[0].blocks[0].operations:
             inner.body.append(nested.operation.clone())
+        _check_translatable(inner.operation, "gpu module", _KERNEL_LLVM_AFTER, ir)
         parts.append(str(llvm.translate_module_to_llvmir(inner.operation)))
     return "\n".join(parts)
 
@@ -423,7 +452,7 @@ def lower(built: BuiltModule | str, options: Options,
                 before = after
                 if step.name == _KERNEL_LLVM_AFTER:
                     t0 = time.perf_counter()
-                    llvm_ir = _kernel_llvm_ir(module)
+                    llvm_ir = _kernel_llvm_ir(module, before)
                     llvm_seconds = time.perf_counter() - t0
         finally:
             if printer is not None:
@@ -431,6 +460,8 @@ def lower(built: BuiltModule | str, options: Options,
         ptx = _ptx_of(module) if options.target == "cuda" else None
         if options.target == "cpu":
             t0 = time.perf_counter()
+            _check_translatable(module.operation, "module", records[-1].name if records
+                                else "input", before)
             llvm_ir = str(llvm.translate_module_to_llvmir(module.operation))
             llvm_seconds = time.perf_counter() - t0
         elif ptx is not None and ".extern .func __nv_" in ptx:
