@@ -242,6 +242,8 @@ class RunPanel:
         #: counts sweeps: a change handed to the loop by an earlier sweep's thread is dropped
         self._generation = 0
         self.measurements: list[Measurement] = []
+        #: the plotted points: trace name -> (lengths, GB/s, drawn as the roofline's line)
+        self._points: dict[str, tuple[list[int], list[float], bool]] = {}
         self.last_check: list[dict[str, Any]] = []
         #: the last progress line a sweep showed (also for code reading the panel)
         self.last_progress = ""
@@ -254,10 +256,10 @@ class RunPanel:
         self.status.value = status_html("ready", "compile a recurrence to sweep")
 
     @staticmethod
-    def _make_figure() -> Any:
+    def _make_figure(data: list[Any] | None = None) -> Any:
         import plotly.graph_objects as go
 
-        figure = go.FigureWidget()
+        figure = go.FigureWidget(data=data or [])
         figure.update_layout(
             height=360, margin={"l": 60, "r": 20, "t": 40, "b": 50},
             title={"text": "throughput against sequence length", "font": {"size": 14}},
@@ -386,18 +388,32 @@ class RunPanel:
     def _add_point(self, record: Measurement) -> None:
         if record.extra.get("status", "ok") != "ok" or record.seconds <= 0:
             return  # skipped, failed or wrong: reported in the status line, never plotted
-        traces = {trace.name: trace for trace in self.figure.data}
-        with self.figure.batch_update():
-            if record.name not in traces:
-                roofline = record.extra.get("kind") == "roofline"
-                self.figure.add_scatter(
-                    x=[record.length], y=[record.gigabytes_per_second],
-                    mode="lines" if roofline else "lines+markers", name=record.name,
-                    line={"dash": "dash", "color": "#555"} if roofline else None)
-            else:
-                trace = traces[record.name]
-                trace.x = (*trace.x, record.length)
-                trace.y = (*trace.y, record.gigabytes_per_second)
+        xs, ys, _ = self._points.setdefault(
+            record.name, ([], [], record.extra.get("kind") == "roofline"))
+        xs.append(record.length)
+        ys.append(record.gigabytes_per_second)
+        self._redraw()
+
+    def _redraw(self, title: str | None = None) -> None:
+        """Put a new figure holding every point in the panel, in place of the old one.
+
+        A figure is sent whole, as the new widget's state: plotly's incremental messages
+        (addTraces, restyle) are deltas, and one lost on the way (merged inside ipywidgets'
+        hold of the figure's notifications, or sent before the browser's view of it exists)
+        would leave the plot short of points for good."""
+        import plotly.graph_objects as go
+
+        traces = [go.Scatter(x=list(xs), y=list(ys), name=name,
+                             mode="lines" if roofline else "lines+markers",
+                             line={"dash": "dash", "color": "#555"} if roofline else None)
+                  for name, (xs, ys, roofline) in self._points.items()]
+        old = self.figure
+        figure = self._make_figure(data=traces)
+        figure.layout.title.text = title if title is not None else old.layout.title.text
+        self.figure = figure
+        self.widget.children = tuple(figure if child is old else child
+                                     for child in self.widget.children)
+        old.close()
 
     def sweep(self, sizes: list[int] | None = None, wait: bool = False) -> None:
         """Time every length in ``sizes`` (default: the slider's range) and plot as points arrive.
@@ -432,11 +448,9 @@ class RunPanel:
         self._stop.clear()
         self.measurements = []
         self.last_progress = ""
-        with self.figure.batch_update():
-            self.figure.data = ()
-            device = "GPU" if compiled.device == "cuda" else "CPU"
-            self.figure.layout.title.text = (f"throughput against L on the {device}, "
-                                             f"{self.channels.value} channels")
+        self._points = {}
+        device = "GPU" if compiled.device == "cuda" else "CPU"
+        self._redraw(f"throughput against L on the {device}, {self.channels.value} channels")
         self.progress.max = len(sizes)
         self.progress.value = 0
         self.progress.bar_style = "info"

@@ -73,6 +73,10 @@ def page(lab: str, browser: Any, output_dir: Path) -> Iterator[Any]:
     """The quickstart notebook, open, with every cell run and the explorer on screen."""
     context = browser.new_context(viewport={"width": 1400, "height": 1900})
     page = context.new_page()
+    PAGE_ERRORS.clear()
+    page.on("pageerror", lambda err: PAGE_ERRORS.append(f"uncaught {err}"[:400]))
+    page.on("console", lambda msg: PAGE_ERRORS.append(f"console: {msg.text}"[:400])
+            if msg.type == "error" else None)
     # ?reset: the notebooks another test left open in the lab's workspace stay closed
     page.goto(lab + "lab/tree/quickstart.ipynb?reset", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
@@ -183,7 +187,8 @@ RUN_PANEL_STATE_JS = """
   const status = panel.querySelector('.sw-sweep-state');
   const state = status ? [...status.classList].find(
     (c) => c.startsWith('sw-sweep-') && c !== 'sw-sweep-state').slice('sw-sweep-'.length) : null;
-  const bar = panel.querySelector('.widget-progress .progress-bar');
+  const bar = panel.querySelector('.widget-progress progress, .widget-progress .progress-bar');
+  const plot = panel.querySelector('.js-plotly-plot');
   const shell = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const context = shell && shell.sessionContext;
   const kernel = context && context.session && context.session.kernel;
@@ -192,9 +197,15 @@ RUN_PANEL_STATE_JS = """
     points: panel.querySelectorAll('.js-plotly-plot .scatterlayer .trace .points path').length,
     state,
     status: status ? status.innerText : '(no status line)',
-    progress: bar ? bar.style.width : '(no progress bar)',
+    progress: !bar ? '(no progress bar)'
+      : bar.tagName === 'PROGRESS' ? `${bar.value} of ${bar.max}` : bar.style.width,
     check: check ? check.innerText : '(no check shown)',
     kernel: kernel ? kernel.status : 'no kernel',
+    plot: !plot ? 'no plotly plot' : `${(plot.data || []).length} traces in plotly (`
+      + (plot.data || []).map((t) => `${t.name}: ${(t.x || []).length} x`).join(', ')
+      + `), ${plot.querySelectorAll('.scatterlayer .trace').length} drawn, `
+      + `${plot.offsetWidth}x${plot.offsetHeight} px`,
+    explorers: document.querySelectorAll('.sw-explorer').length,
   };
 }
 """
@@ -212,10 +223,38 @@ def _run_panel_state(page: Any) -> dict[str, Any]:
     return dict(page.evaluate(RUN_PANEL_STATE_JS))
 
 
+#: errors the page logged (its console and uncaught exceptions), said by :func:`_describe`
+PAGE_ERRORS: list[str] = []
+
+
 def _describe(state: dict[str, Any]) -> str:
+    errors = "; ".join(PAGE_ERRORS[-8:]) or "none"
     return (f"sweep {state.get('state')}: status {state.get('status')!r}, progress "
-            f"{state.get('progress')}, {state.get('points')} points on the plot, kernel "
-            f"{state.get('kernel')}, check table {state.get('check')!r}")
+            f"{state.get('progress')}, {state.get('points')} points on the plot "
+            f"({state.get('plot')}), {state.get('explorers')} explorer(s) on the page, kernel "
+            f"{state.get('kernel')}, check table {state.get('check')!r}; errors in the page: "
+            f"{errors}")
+
+
+STATUS_CHANGED_JS = f"""
+(before) => {{
+  const s = ({RUN_PANEL_STATE_JS})();
+  return s.status !== before || ['dead', 'no kernel'].includes(s.kernel);
+}}
+"""
+
+
+def _start_sweep(page: Any) -> None:
+    """Press Sweep and wait until the panel's status line leaves what it said before: the
+    kernel may be busy with earlier messages, and until it takes the click the status line
+    still shows the last sweep's end, which the waits below would take for this one's."""
+    before = _run_panel_state(page)["status"]
+    page.locator(f"{EXPLORER} .sw-run-panel button", has_text="Sweep").click()
+    try:
+        page.wait_for_function(STATUS_CHANGED_JS, arg=before, timeout=120_000)
+    except Exception as err:  # noqa: BLE001 - the panel's state says more
+        raise AssertionError(f"the sweep did not start: {_describe(_run_panel_state(page))}"
+                             ) from err
 
 
 def _wait_for_sweep(page: Any, points: int, timeout_ms: int = 240_000) -> dict[str, Any]:
@@ -281,7 +320,7 @@ def test_the_plot_receives_points(page: Any, output_dir: Path) -> None:
     # a short sweep: three lengths from L = 64; on the CPU two methods (the compiled kernel and
     # the float64 reference), so six points
     _set_sweep_range(page, 3)
-    panel.locator("button", has_text="Sweep").click()
+    _start_sweep(page)
     state = _wait_for_sweep(page, points=3)
     assert state["points"] >= 3 or state["state"] == "done", _describe(state)
     state = _wait_for_sweep(page, points=10 ** 6)   # to its end
@@ -304,8 +343,10 @@ def test_the_plot_receives_points(page: Any, output_dir: Path) -> None:
 
 def test_stop_ends_a_sweep(page: Any) -> None:
     panel = page.locator(f"{EXPLORER} .sw-run-panel")
-    _set_sweep_range(page, 11)   # L = 64 ... 65,536: some seconds at least
-    panel.locator("button", has_text="Sweep").click()
+    # L = 64 ... 524,288 (14 lengths): the longest take seconds each on the CPU, so the sweep
+    # is still running when Stop is pressed
+    _set_sweep_range(page, 14)
+    _start_sweep(page)
     state = _wait_for_sweep(page, points=1)
     assert state["points"] >= 1 or state["state"] == "running", _describe(state)
     panel.locator("button", has_text="Stop").click()
