@@ -190,6 +190,7 @@ def test_dump_and_load_compiled_round_trip(tmp_path):
 def test_load_compiled_needs_no_mlir(tmp_path):
     import subprocess
     import sys
+    from pathlib import Path
 
     path = ex.compile(AFFINE, target="cuda").dump(tmp_path / "affine.json")
     code = ("import sys; sys.modules['mlir'] = None\n"
@@ -199,7 +200,7 @@ def test_load_compiled_needs_no_mlir(tmp_path):
             "assert 'mlir' not in sys.modules or sys.modules['mlir'] is None\n"
             "print('ok')")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=str(compiler.Path(compiler.__file__).parents[1]))
+                         cwd=str(Path(compiler.__file__).parents[1]))
     assert run.stdout.strip() == "ok", run.stderr
 
 
