@@ -1,0 +1,5 @@
+"""``python -m explorer.cli``: the ``scanweaver`` command."""
+
+from explorer.cli import main
+
+raise SystemExit(main())
