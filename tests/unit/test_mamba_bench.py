@@ -1,0 +1,58 @@
+"""The Mamba benchmark's pieces that need no GPU: the shapes it reads and the cut of mamba-ssm's
+binding to its forward (built at benchmark time from a checkout, never kept here)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import mamba_speed  # noqa: E402
+
+BINDING = """#include <torch/extension.h>
+void selective_scan_fwd_cuda(SSMParamsBase &params, cudaStream_t stream);
+void selective_scan_bwd_cuda(SSMParamsBwd &params, cudaStream_t stream);
+void set_ssm_params_bwd(SSMParamsBwd &params) { }
+
+std::vector<at::Tensor>
+selective_scan_fwd(const at::Tensor &u) { return {u}; }
+
+std::vector<at::Tensor>
+selective_scan_bwd(const at::Tensor &u) { selective_scan_bwd_cuda(p, s); return {u}; }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("fwd", &selective_scan_fwd, "Selective scan forward");
+    m.def("bwd", &selective_scan_bwd, "Selective scan backward");
+}
+"""
+
+
+def test_the_cut_keeps_the_forward_and_binds_it_alone():
+    cut = mamba_speed._forward_only_source(BINDING)
+    assert "selective_scan_fwd(const at::Tensor &u)" in cut
+    assert "selective_scan_bwd(const" not in cut
+    assert cut.count("PYBIND11_MODULE") == 1
+    assert 'm.def("fwd"' in cut and 'm.def("bwd"' not in cut
+
+
+def test_another_layout_is_refused():
+    with pytest.raises(RuntimeError, match="another layout"):
+        mamba_speed._forward_only_source(BINDING.replace("selective_scan_bwd(", "bwd_entry("))
+    swapped = BINDING.replace("selective_scan_fwd(const", "forward(const")
+    with pytest.raises(RuntimeError, match="another layout"):
+        mamba_speed._forward_only_source(swapped)
+
+
+@pytest.mark.parametrize("text, shape", [("8x1536x16x2048", (8, 1536, 16, 2048)),
+                                         ("1x4x16x2^17", (1, 4, 16, 131072))])
+def test_shapes(text, shape):
+    assert mamba_speed._parse_shape(text) == shape
+
+
+@pytest.mark.parametrize("text", ["8x1536x16", "8x0x16x4", "axbxcxd"])
+def test_bad_shapes_are_refused(text):
+    with pytest.raises((SystemExit, ValueError)):
+        mamba_speed._parse_shape(text)
