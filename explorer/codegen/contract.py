@@ -19,6 +19,10 @@ from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS, TIME_CHUNK,
 
 KERNEL_PREFIX = "scanweaver"
 
+#: words (floats) a tile has in the look-back's ``tile_flags`` workspace (see
+#: :mod:`explorer.codegen.lower_lookback`: a flag, or a packed aggregate and state)
+TILE_SLOT_WORDS = 4
+
 
 #: the readout kernel's time_chunk, in blocks of threads: with N lanes a block covers about
 #: READOUT_CHUNK_TILES * block_size / N steps
@@ -116,7 +120,7 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None
         spaces = [(AGGREGATES, alg.width), (CARRIES, alg.S)]
         lookback = (grid.scheme if grid is not None else options.grid) == "lookback"
         if lookback:
-            spaces.append((TILE_FLAGS, 1))
+            spaces.append((TILE_FLAGS, TILE_SLOT_WORDS))
         for name, per in spaces:
             space = {"name": name, "role": "workspace", "timed": False, "lane": False,
                      "dtype": "float32", "per_chunk": per, "time_chunk": TIME_CHUNK}

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from mlir.dialects import arith, gpu, llvm, memref, nvvm, scf
 from mlir.ir import F32Type, InsertionPoint, IntegerType, Value
 
+from explorer.codegen.contract import TILE_SLOT_WORDS
 from explorer.codegen.emit import Algebra, Element, add_i, ceil_div, cf, ci, f32, index, mul_i
 from explorer.codegen.gen import Gen
 from explorer.codegen.lower_block import block_scan
@@ -93,6 +94,73 @@ class Memory:
         if self.gpu:
             llvm.fence(llvm.AtomicOrdering.acq_rel, syncscope="device")
 
+    # the packed protocol: values that announce themselves (see :func:`encode`)
+    def load_word(self, buf: Value, i: Value) -> Value:
+        """One encoded word (i32)."""
+        if not self.gpu:
+            return arith.bitcast(_i32(), memref.load(buf, [i]))
+        return llvm.load(_i32(), self._address(buf, i), ordering=llvm.AtomicOrdering.monotonic,
+                         syncscope="device", alignment=4)
+
+    def store_word(self, buf: Value, i: Value, word: Value) -> None:
+        if not self.gpu:
+            memref.store(arith.bitcast(F32Type.get(), word), buf, [i])
+            return
+        llvm.store(word, self._address(buf, i), ordering=llvm.AtomicOrdering.monotonic,
+                   syncscope="device", alignment=4)
+
+    def load_pair(self, buf: Value, i: Value) -> tuple[Value, Value]:
+        """Two encoded words at ``i`` (even), read at once: one 64-bit access on the GPU, so
+        that a reader sees both or neither."""
+        if not self.gpu:
+            return self.load_word(buf, i), self.load_word(buf, add_i(i, ci(1)))
+        pair = llvm.load(_i64(), self._address(buf, i), ordering=llvm.AtomicOrdering.monotonic,
+                         syncscope="device", alignment=8)
+        return (arith.trunci(_i32(), pair),
+                arith.trunci(_i32(), arith.shrui(pair, _c64(32))))
+
+    def store_pair(self, buf: Value, i: Value, lo: Value, hi: Value) -> None:
+        if not self.gpu:
+            self.store_word(buf, i, lo)
+            self.store_word(buf, add_i(i, ci(1)), hi)
+            return
+        pair = arith.ori(arith.extui(_i64(), lo),
+                         arith.shli(arith.extui(_i64(), hi), _c64(32)))
+        llvm.store(pair, self._address(buf, i), ordering=llvm.AtomicOrdering.monotonic,
+                   syncscope="device", alignment=8)
+
+
+#: words of a tile's slot in ``tile_flags``: the flag (the general protocol), or the packed
+#: protocol's encoded aggregate (two words) and encoded state after the tile (one word)
+SLOT_WORDS = TILE_SLOT_WORDS
+#: the canonical NaN published in place of any NaN (its encoding is never 0)
+CANONICAL_NAN = 0x7FC00000
+
+
+def packs(alg: Algebra) -> bool:
+    """The packed protocol holds an aggregate of at most two floats and a state of one (the
+    scalar affine scan, and each lane of a diagonal one)."""
+    return alg.width <= 2 and alg.S == 1
+
+
+def encode(x: Value) -> Value:
+    """A float as a word that is never 0: its bits inverted, NaNs made canonical first (the
+    only float whose inverted bits are 0 is the NaN 0xFFFFFFFF). A zeroed slot therefore means
+    "not published", and a value read at once with its slot announces itself: no flag and no
+    fence between them."""
+    bits = arith.bitcast(_i32(), x)
+    nan = arith.cmpf(arith.CmpFPredicate.UNO, x, x)
+    bits = arith.select(nan, _c32(CANONICAL_NAN), bits)
+    return arith.xori(bits, _c32(-1))
+
+
+def decode(word: Value) -> Value:
+    return arith.bitcast(F32Type.get(), arith.xori(word, _c32(-1)))
+
+
+def published(word: Value) -> Value:
+    return arith.cmpi(arith.CmpIPredicate.ne, word, _c32(0))
+
 
 def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                    aggbuf: Sequence[Value]) -> None:
@@ -120,12 +188,25 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
         return gen.outputs_at(seq, h, lambda name: vals[at[name]])
 
+    packed = packs(alg)
+
     def publish(slot: Value, values: Sequence[Value], per: int, buf: Value,
                 flag: float) -> None:
+        word = mul_i(slot, ci(SLOT_WORDS))
+        if packed:     # the values announce themselves
+            if flag == AGGREGATE:
+                v = list(values)
+                mem.store_pair(flags, word, encode(v[0]),
+                               encode(v[1] if len(v) > 1 else cf(0.0)))
+            else:
+                mem.store_word(flags, add_i(word, ci(2)), encode(values[0]))
+            return
         for e, v in enumerate(values):
             memref.store(v, buf, [add_i(mul_i(slot, ci(per)), ci(e))])
         mem.fence()      # the values are visible before the flag that announces them
-        mem.store(flags, slot, cf(flag))
+        mem.store(flags, word, cf(flag))
+
+    walk = _walk_packed if packed else _walk
 
     def chained(total: Element) -> list[Value]:
         """The state before tile ``k``, found by looking back (every thread calls this)."""
@@ -141,7 +222,7 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
             def warp0() -> None:
                 lane = arith.index_cast(_i64(), tid)
-                before = _walk(gen, mem, lane, WARP, first_tile, k, h0, flags, aggs, carries)
+                before = walk(gen, mem, lane, WARP, first_tile, k, h0, flags, aggs, carries)
 
                 def finish() -> None:
                     publish(slot, alg.apply(total, before), S, carries, PREFIX)
@@ -153,7 +234,7 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
             return [memref.load(aggbuf[i], [handoff]) for i in range(S)]
         # the host: the blocks before this one are done, so one lane finds the state
         if_then(arith.cmpi(arith.CmpIPredicate.ne, k, ci(0)), announce)
-        before = _walk(gen, mem, _c64(0), 1, first_tile, k, h0, flags, aggs, carries)
+        before = walk(gen, mem, _c64(0), 1, first_tile, k, h0, flags, aggs, carries)
         publish(slot, alg.apply(total, before), S, carries, PREFIX)
         return before
 
@@ -194,7 +275,8 @@ def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: 
         js = [arith.subi(base, _c64(r)) for r in range(m)]
         # the m flags go out together: one round trip
         flag = [arith.select(arith.cmpi(arith.CmpIPredicate.sge, j, _c64(0)),
-                             mem.load(flags, tile_of(j)), cf(PREFIX)) for j in js]
+                             mem.load(flags, mul_i(tile_of(j), ci(SLOT_WORDS))), cf(PREFIX))
+                for j in js]
         is_prefix = [arith.cmpf(arith.CmpFPredicate.OEQ, f, cf(PREFIX)) for f in flag]
         is_nothing = [arith.cmpf(arith.CmpFPredicate.OEQ, f, cf(NOTHING)) for f in flag]
         # this lane's nearest prefix (m: none), and whether a tile nearer has published nothing
@@ -246,6 +328,95 @@ def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: 
             src = arith.minui(nearest, _c32(lanes - 1))
             kept = [gpu.shuffle(v, src, _c32(WARP), gpu.ShuffleMode.IDX)[0] for v in kept]
         state2 = alg.apply(acc2, kept)
+        go = arith.xori(waiting, arith.constant(i1, 1))
+        new_top = arith.select(waiting, top, arith.subi(top, _c64(lanes * m)))
+        new_done = arith.andi(go, found)
+        new_acc = [arith.select(go, x, y) for x, y in zip(acc2.values(), acc.values(),
+                                                           strict=True)]
+        new_state = [arith.select(new_done, x, y) for x, y in zip(state2, state, strict=True)]
+        scf.yield_([new_top, new_done, *new_acc, *new_state])
+    return list(loop.results)[2 + w:]
+
+
+def _walk_packed(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,
+                 h0: list[Value], flags: Value, aggs: Value, carries: Value) -> list[Value]:
+    """:func:`_walk` for the packed protocol: each tile's slot holds its encoded aggregate
+    (two words, read together) and its encoded state after it (one word), zero until
+    published, so one round trip reads everything a round needs, and no fence orders it."""
+    alg = gen.alg
+    w = alg.width
+    m = gen.options.lookback_tiles
+    i1 = IntegerType.get_signless(1)
+    types = [_i64(), i1, *([f32()] * (w + 1))]
+    top0 = arith.subi(arith.index_cast(_i64(), k), _c64(1))
+    inits = [top0, arith.constant(i1, 0), *alg.identity().values(), *h0]
+    loop = scf.WhileOp(types, inits)
+    before = loop.before.blocks.append(*types)
+    with InsertionPoint(before):
+        done = before.arguments[1]
+        scf.condition(arith.xori(done, arith.constant(i1, 1)), list(before.arguments))
+    after = loop.after.blocks.append(*types)
+    with InsertionPoint(after):
+        top, _, *rest = list(after.arguments)
+        acc, state = alg.pack(rest[:w]), rest[w:]
+        base = arith.subi(top, arith.muli(lane, _c64(m)))
+        js = [arith.subi(base, _c64(r)) for r in range(m)]
+        inside = [arith.cmpi(arith.CmpIPredicate.sge, j, _c64(0)) for j in js]
+        # every word of the lane's m tiles goes out together: one round trip
+        words = []
+        for j in js:
+            slot = add_i(first_tile, arith.index_cast(index(), arith.maxsi(j, _c64(0))))
+            word = mul_i(slot, ci(SLOT_WORDS))
+            lo, hi = mem.load_pair(flags, word)
+            words.append((lo, hi, mem.load_word(flags, add_i(word, ci(2)))))
+        # before the sequence's first tile: its initial state
+        is_prefix = [arith.ori(arith.xori(ins, arith.constant(i1, 1)), published(p))
+                     for ins, (_, _, p) in zip(inside, words, strict=True)]
+        is_nothing = [arith.andi(arith.xori(pre, arith.constant(i1, 1)),
+                                 arith.xori(published(lo), arith.constant(i1, 1)))
+                      for pre, (lo, _, _) in zip(is_prefix, words, strict=True)]
+        own = _c64(m)
+        kept = h0[0]
+        for r in reversed(range(m)):
+            own = arith.select(is_prefix[r], _c64(r), own)
+            kept = arith.select(is_prefix[r],
+                                arith.select(inside[r], decode(words[r][2]), h0[0]), kept)
+        blocked = arith.constant(i1, 0)
+        for r in range(m):
+            nearer = arith.cmpi(arith.CmpIPredicate.slt, _c64(r), own)
+            blocked = arith.ori(blocked, arith.andi(is_nothing[r], nearer))
+        has_prefix = arith.cmpi(arith.CmpIPredicate.slt, own, _c64(m))
+        lane32 = arith.trunci(_i32(), lane)
+        if lanes > 1:
+            prefixes = nvvm.vote_sync(_i32(), _c32(-1), has_prefix, nvvm.VoteSyncKind.ballot)
+            waits = nvvm.vote_sync(_i32(), _c32(-1), blocked, nvvm.VoteSyncKind.ballot)
+            nearest = arith.select(
+                arith.cmpi(arith.CmpIPredicate.eq, prefixes, _c32(0)), _c32(lanes),
+                llvm.intr_cttz(prefixes, False))
+        else:
+            prefixes = arith.extui(_i32(), has_prefix)
+            waits = arith.extui(_i32(), blocked)
+            nearest = arith.select(has_prefix, _c32(0), _c32(1))
+        upto = arith.subi(arith.shli(_c64(2), arith.extui(_i64(), nearest)), _c64(1))
+        waiting = arith.cmpi(arith.CmpIPredicate.ne,
+                             arith.andi(arith.extui(_i64(), waits), upto), _c64(0))
+        if lanes > 1:
+            if_then(waiting, lambda: nvvm.nanosleep(_c32(BACKOFF_NS)))
+        counts = arith.cmpi(arith.CmpIPredicate.ule, lane32, nearest)
+        e = alg.identity()
+        ident = alg.identity().values()
+        for r, (lo, hi, _) in enumerate(words):
+            mine = arith.andi(counts, arith.cmpi(arith.CmpIPredicate.slt, _c64(r), own))
+            t = [decode(lo), decode(hi)][:w]
+            e = alg.combine(e, alg.pack([arith.select(mine, x, y) for x, y in
+                                         zip(t, ident, strict=True)]))
+        window = _ordered_reduce(alg, e, lane32, lanes)
+        acc2 = alg.combine(acc, window)
+        found = arith.cmpi(arith.CmpIPredicate.ne, prefixes, _c32(0))
+        if lanes > 1:
+            src = arith.minui(nearest, _c32(lanes - 1))
+            kept = gpu.shuffle(kept, src, _c32(WARP), gpu.ShuffleMode.IDX)[0]
+        state2 = alg.apply(acc2, [kept])
         go = arith.xori(waiting, arith.constant(i1, 1))
         new_top = arith.select(waiting, top, arith.subi(top, _c64(lanes * m)))
         new_done = arith.andi(go, found)

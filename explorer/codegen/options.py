@@ -58,7 +58,7 @@ class Options:
     #: tiles each lane of the look-back warp examines per round trip (the window is 32 times
     #: this): the walk keeps up with the tiles arriving only if a window spans the tiles that
     #: finish during one round trip to L2
-    lookback_tiles: int = 8
+    lookback_tiles: int = 1
 
     @property
     def tile(self) -> int:

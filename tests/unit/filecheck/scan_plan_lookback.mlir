@@ -5,4 +5,4 @@
 // CHECK-NEXT: "scan.block"() {threads = 64 : i64, tree = "kogge_stone"}
 // CHECK-COUNT-6: "scan.sweep"() {{{.*}}phase = "scan"
 // CHECK-NEXT: "scan.grid"() {direction = "forward", fill = {{.*}}, min_tiles = 1 : i64, scheme = "lookback", tile = 512 : i64, unchunked_from = 1.000000e-01 : f64}
-// CHECK-NEXT: "scan.lookback"() {lanes = 32 : i64, tiles_per_lane = 8 : i64}
+// CHECK-NEXT: "scan.lookback"() {lanes = 32 : i64, tiles_per_lane = 1 : i64}
