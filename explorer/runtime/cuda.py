@@ -352,12 +352,15 @@ class CudaKernel:
                 if a.name not in workspaces:
                     workspaces[a.name] = cp.zeros(a.workspace_size(C, N, L, values),
                                                   dtype=cp.float32)
-                    if a.reset:
-                        run._reset.append(workspaces[a.name])
         run.workspaces = workspaces
         for k in self.artifact.kernels:
             if not k.launched(L, values):
                 continue
+            # zeroed before every launch, where a kernel that runs reads them (a memset of the
+            # look-back's flags costs a launch where only whole sequences are scanned)
+            for a in k.args_with_role("workspace"):
+                if a.reset and all(w is not workspaces[a.name] for w in run._reset):
+                    run._reset.append(workspaces[a.name])
             grid = k.grid(C, N, L, values)
             args: list[Any] = []
             for a in k.args:
