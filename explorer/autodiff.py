@@ -312,10 +312,14 @@ class Backward:
             raise ValueError(f"unexpected arrays: {', '.join(extra)}")
         device = "cpu" if target == "cpu" else None
         if outputs is None:
-            fwd = _compile(rec, target=target, strategy=strategy, reverse=reverse, **opts)
+            # the states are what the gradients need: every output stored
+            fwd = _compile(rec, target=target, strategy=strategy, reverse=reverse,
+                           **{**opts, "outputs": "all"})
             out = fwd(device=device, L=L, **arrays)
             outputs = out if isinstance(out, dict) else {self.form.outputs[0]: out}
-        back = self.compile(target=target, strategy=strategy, **opts)
+        # the adjoint stores its states, its only outputs
+        back = self.compile(target=target, strategy=strategy,
+                            **{k: v for k, v in opts.items() if k != "outputs"})
 
         def scan(call: dict[str, Any]) -> dict[str, Any]:
             res = back(device=device, **call)

@@ -116,6 +116,13 @@ class Compiled:
 
         return parse_kernels([dict(k, ptx=DEFAULT_PTX) for k in self.kernels])
 
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The outputs the kernels write (the plan's ``scan.store``, the ``outputs`` option),
+        in the recurrence's order: what a call returns. Read from the kernel contract."""
+        written = {a["name"] for k in self.kernels for a in k["args"] if a["role"] == "output"}
+        return tuple(o for o in self.form.outputs if o in written)
+
     # -- running -------------------------------------------------------------------------------
     @property
     def device(self) -> str:
@@ -194,9 +201,9 @@ class Compiled:
             "chip": self.options["chip"],
             "dtype": self.options.get("dtype", "float32"),
             "kernels": [dict(k, ptx="kernel.ptx") for k in self.kernels],
-            "outputs": list(self.form.outputs),
+            "outputs": list(self.outputs),
             "vector": self.form.vector,
-            "lane_outputs": [o for o in self.form.outputs if self.form.output_is_lane(o)],
+            "lane_outputs": [o for o in self.outputs if self.form.output_is_lane(o)],
             "versions": {"explorer": __version__, **tool_versions()},
             "key": self.key,
         }
@@ -245,7 +252,7 @@ class _CpuRunner:
         m = marshal(arg_specs(rec) + given_h0, arrays, L=L, vector=rec.vector)
         raw = run_cpu(c.final_module, c.contract, m.arrays, m.C, m.N, m.L)
         out = {name: m.unflatten(raw[name], c.form.output_is_lane(name))
-               for name in c.form.outputs}
+               for name in c.outputs}
         return next(iter(out.values())) if len(out) == 1 else out
 
 

@@ -94,6 +94,7 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     from explorer.codegen.locations import split_locations
     from explorer.codegen.pipeline import cpu_steps, cuda_steps, lower, scan_steps
     from explorer.dialect.build import build_scan
+    from explorer.passes.plan import outputs_text
     from explorer.passes.state import ScanState
 
     stages: OrderedDict[str, Stage] = OrderedDict()
@@ -111,7 +112,8 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     decomposed, planned = ours["scan-decompose"], ours["scan-plan"]
     stages["affine"] = Stage("affine", form.as_text() + "\n\n" + _scan_ops(decomposed.ir),
                              decomposed.seconds)
-    stages["plan"] = Stage("plan", _plan_text(plan) + "\n\n" + _scan_ops(planned.ir),
+    stages["plan"] = Stage("plan", _plan_text(plan) + "\n" + outputs_text(plan, rec.states)
+                           + "\n\n" + _scan_ops(planned.ir),
                            planned.seconds, plan.picture(PLAN_PICTURE_N).to_dot())
     stages["mlir"] = Stage("mlir", split_locations(text)[0], t_build, kind="mlir")
     back = [Stage("llvm", lowered.llvm_ir, lowered.llvm_seconds, kind="llvm")]

@@ -299,7 +299,7 @@ class RecurrenceOp:
     def __init__(self, compiled: Compiled) -> None:
         import torch
 
-        self.compiled = compiled
+        self.compiled = _storing_every_output(compiled)
         rec = compiled.recurrence
         self.backward: Backward = grad(rec)
         self.reverse = bool(compiled.options.get("reverse", False))
@@ -366,15 +366,16 @@ class RecurrenceOp:
 
     # -- the compiles --------------------------------------------------------------------------
     def _options(self) -> dict[str, Any]:
+        """The compile options the adjoint shares (it stores its states, its only outputs)."""
         return {k: v for k, v in self.compiled.options.items()
-                if k not in ("strategy", "target", "reverse")}
+                if k not in ("strategy", "target", "reverse", "outputs")}
 
     def _forward_for(self, target: str) -> Compiled:
         if target == self.compiled.target or target == "cpu":
             return self.compiled   # a CUDA compile runs on the host too (compiled there)
         return self._cached(("forward", target), lambda: _compile(
             self.compiled.recurrence, target, self.compiled.strategy,
-            reverse=self.reverse, **self._options()))
+            reverse=self.reverse, outputs="all", **self._options()))
 
     def _adjoint_for(self, target: str) -> Compiled:
         return self._cached(("adjoint", target), lambda: self.backward.compile(
@@ -435,6 +436,25 @@ def _function(f: Callable[..., Any]) -> Callable[..., Any]:
         return f(*args)
 
     return run
+
+
+def _storing_every_output(compiled: Compiled) -> Compiled:
+    """``compiled``, or the same compile with ``outputs="all"`` when it leaves outputs out:
+    the operator returns every state and readout, and its backward reads the states."""
+    rec = compiled.recurrence
+    stored = {a["name"] for k in compiled.kernels for a in k["args"] if a["role"] == "output"}
+    if stored >= set(rec.states) | set(rec.readouts):
+        return compiled
+    options = {k: v for k, v in compiled.options.items() if k not in ("strategy", "target")}
+    try:
+        return _compile(rec, compiled.target, compiled.strategy, **{**options, "outputs": "all"})
+    except ImportError as err:
+        from explorer.errors import OptionError
+
+        raise OptionError("the torch operator returns every output and its backward reads the "
+                          f"states; this compile stores {sorted(stored)} and the compiler is not "
+                          f"here to compile it again ({err}): compile with outputs='all'"
+                          ) from None
 
 
 def _compile(rec: Recurrence, target: str, strategy: str, **options: Any) -> Compiled:

@@ -171,6 +171,8 @@ def general_problem(art: Any, kernel: Any, C: int, L: int, N: int,
              for k, v in arrays.items()}
     ref = explorer.reference(art.recurrence, L=None if timed_length else span, **given)
     refs = ref if isinstance(ref, dict) else {kernel.output_names[0]: ref}
+    # what the kernel writes (a compile may store its readouts alone)
+    refs = {k: v for k, v in refs.items() if k in kernel.output_names}
     if reverse:
         refs = {k: flip(v) for k, v in refs.items()}
     return GeneralProblem(arrays, length, refs, lanes, C, L, channels, steps)

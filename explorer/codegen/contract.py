@@ -23,6 +23,12 @@ KERNEL_PREFIX = "scanweaver"
 #: :mod:`explorer.codegen.lower_lookback`: a flag, or a packed aggregate and state)
 TILE_SLOT_WORDS = 4
 
+#: how a kernel whose grid counts channels spreads them over blocks (the manifest's
+#: ``channels``; the launchers read the rule from :mod:`explorer.runtime.contract`):
+#: ``threads``: a lane a thread, ``floor(threads / N)`` whole channels a block (N <= threads);
+#: ``block``: one channel a block, its lanes one after another
+CHANNEL_RULES = ("threads", "block")
+
 
 #: the readout kernel's time_chunk, in blocks of threads: with N lanes a block covers about
 #: READOUT_CHUNK_TILES * block_size / N steps
@@ -65,6 +71,9 @@ class KernelSpec:
     launch_when_longer_than: int | str | None = None  # launched only when L > this
     launch_unless_longer_than: int | str | None = None  # launched only when L <= this
     min_blocks_per_sm: int = 0    # occupancy asked of ptxas (0: none)
+    #: the grid counts whole channels, not sequences (see CHANNEL_RULES): a lane-summed
+    #: readout is computed where all the lanes of a channel are
+    channels: str | None = None
 
     def manifest(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "block": list(self.block),
@@ -76,6 +85,8 @@ class KernelSpec:
             out["launch_when_longer_than"] = self.launch_when_longer_than
         if self.launch_unless_longer_than is not None:
             out["launch_unless_longer_than"] = self.launch_unless_longer_than
+        if self.channels is not None:
+            out["channels"] = self.channels
         return out
 
 
@@ -95,9 +106,22 @@ class BuiltModule:
     seconds: float = 0.0
 
 
-def kernel_args(form: Any, options: Options | None = None, grid: Any = None
-                ) -> list[dict[str, Any]]:
-    """The manifest ``args`` of the kernel ABI, in parameter order (workspaces last)."""
+def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
+                plan: Any = None) -> list[dict[str, Any]]:
+    """The manifest ``args`` of the kernel ABI, in parameter order (workspaces last): the
+    outputs are those the plan stores (without a plan, those ``options`` ask for; all of them
+    without options), and the states that a readout kernel reads back but nobody asked for
+    are workspaces."""
+    from explorer.passes.plan import lane_sum_of, stored_outputs
+
+    if plan is not None:
+        grid = plan.grid if grid is None else grid
+        stored, lane_sum = plan.stored, plan.lane_sum
+    else:
+        stored = stored_outputs(form.recurrence, options.outputs if options else "all")
+        lane_sum = lane_sum_of(form, stored, options.strategy if options else "sequential",
+                               grid.scheme if grid is not None else
+                               options.grid if options else "chunked")
     lanes = set(form.recurrence.lane_names)
     out: list[dict[str, Any]] = []
     for name in form.inputs:
@@ -110,11 +134,19 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None
         out.append({"name": h0_name(state), "role": "h0", "timed": False,
                     "lane": bool(form.vector), "dtype": "float32"})
     for name in form.outputs:
-        out.append({"name": name, "role": "output", "timed": True,
-                    "lane": bool(form.output_is_lane(name)), "dtype": "float32"})
+        if name in stored:
+            out.append({"name": name, "role": "output", "timed": True,
+                        "lane": bool(form.output_is_lane(name)), "dtype": "float32"})
     for name in ("C", "N", "L"):
         out.append({"name": name, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64"})
+    if lane_sum is not None and not lane_sum.fused:
+        # the readout kernel reads the states back: those not stored go through a workspace
+        # of (C, N, L) floats (one float per (sequence, chunk of one step))
+        for name in form.recurrence.states:
+            if name not in stored:
+                out.append({"name": name, "role": "workspace", "timed": False, "lane": False,
+                            "dtype": "float32", "per_chunk": 1, "time_chunk": 1})
     if options is not None and options.strategy != "sequential":
         alg = Algebra(form.A)
         spaces = [(AGGREGATES, alg.width), (CARRIES, alg.S)]

@@ -1,6 +1,8 @@
-"""What every level of the lowering shares: a sequence's indices and parameters, the loads of
-its timed inputs (forwards or backwards in time), the scan element at a position, the outputs
-from the state, and the readouts; each op located at the recurrence term it comes from.
+"""What every level of the lowering shares: what the scan kernels read and write
+(:class:`ScanIO`, from the plan's stored outputs and lane sum), a sequence's indices and
+parameters, the loads of its timed inputs (forwards or backwards in time), the scan element at
+a position, the outputs from the state, and the readouts; each op located at the recurrence
+term it comes from.
 """
 
 from __future__ import annotations
@@ -23,12 +25,96 @@ from explorer.codegen.emit import (
     add_i,
     cf,
     ci,
+    is_lane_sum,
     mul_i,
 )
 from explorer.codegen.options import Options
 from explorer.codegen.threads import for_loop
 from explorer.errors import CompileError
 from explorer.frontend.names import h0_name
+
+
+@dataclass(frozen=True)
+class ScanIO:
+    """What the scan kernels read and write, given the outputs the plan stores and its lane
+    sum (one owner for the code generator, the shared-memory layouts and the kernel list)."""
+
+    #: states the scan kernels write: those stored, and every state a readout kernel reads back
+    states: tuple[str, ...]
+    #: readouts computed beside the state (a recurrence without lanes), those stored
+    readouts: tuple[str, ...]
+    #: readouts summed over the lanes inside the scan kernel (a fused lane sum)
+    lane_readouts: tuple[str, ...]
+    #: the distinct arguments of their sums over n: each lane's term, per step
+    lane_terms: tuple[sympy.Expr, ...]
+    #: timed inputs read per sequence (the coefficients, the readouts beside the state, the
+    #: lane terms), in the order of the recurrence's inputs
+    inputs: tuple[str, ...]
+    #: parameters read per sequence
+    params: frozenset[str]
+    #: names the lane-summed readouts read outside their sums (per channel, once per step)
+    outer: frozenset[str]
+    #: readouts a readout kernel computes after the scan, reading the states back
+    read_back: tuple[str, ...] = ()
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """What a thread writes per sequence and step: the states, then the readouts."""
+        return self.states + self.readouts
+
+
+def scan_io(form: Any, stored: Sequence[str] | None = None, lane_sum: Any = None) -> ScanIO:
+    """:class:`ScanIO` of ``form`` for a plan storing ``stored`` (all outputs when None) with
+    the lane sum ``lane_sum`` (:class:`explorer.passes.plan.LaneSum` or None)."""
+    rec = form.recurrence
+    kept = tuple(form.outputs) if stored is None else tuple(stored)
+    state_syms = set(form.state_symbols)
+    read_back = lane_sum is not None and not lane_sum.fused
+    states = tuple(s for s in rec.states if s in kept or read_back)
+    readouts = () if form.vector else tuple(r for r in rec.readouts if r in kept)
+    lane_readouts = (tuple(lane_sum.readouts) if lane_sum is not None and lane_sum.fused
+                     else ())
+    terms: list[sympy.Expr] = []
+    outer: set[str] = set()
+    for r in lane_readouts:
+        for arg in lane_sum_args(form.readouts[r]):
+            if arg not in terms:
+                terms.append(arg)
+        outer |= {s.name for s in outer_symbols(form.readouts[r]) if s not in state_syms}
+    used = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
+    for r in readouts:
+        used |= {s.name for s in form.readouts[r].free_symbols if s not in state_syms}
+    for arg in terms:
+        used |= {s.name for s in arg.free_symbols if s not in state_syms}
+    timed = set(form.inputs)
+    return ScanIO(states, readouts, lane_readouts, tuple(terms),
+                  tuple(n for n in form.inputs if n in used),
+                  frozenset(n for n in used if n not in timed), frozenset(outer),
+                  tuple(lane_sum.readouts) if read_back else ())
+
+
+def lane_sum_args(expr: sympy.Basic) -> list[sympy.Expr]:
+    """The arguments of the sums over n in ``expr``, in the order met."""
+    out: list[sympy.Expr] = []
+    for node in sympy.preorder_traversal(expr):
+        if is_lane_sum(node) and node.args[0] not in out:
+            out.append(node.args[0])
+    return out
+
+
+def outer_symbols(expr: sympy.Basic) -> set[sympy.Symbol]:
+    """The symbols ``expr`` reads outside its sums over n."""
+    out: set[sympy.Symbol] = set()
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if is_lane_sum(e):
+            continue
+        if isinstance(e, sympy.Symbol):
+            out.add(e)
+        else:
+            stack.extend(e.args)
+    return out
 
 
 @dataclass(frozen=True)
@@ -74,7 +160,7 @@ class Gen:
     """Emits the pieces shared by every strategy and target."""
 
     def __init__(self, form: Any, options: Options, arrays: dict[str, Value],
-                 C: Value, N: Value, L: Value) -> None:
+                 C: Value, N: Value, L: Value, io: ScanIO | None = None) -> None:
         self.form = form
         self.options = options
         #: the levels of the block tree, read from the plan
@@ -102,18 +188,17 @@ class Gen:
             if name not in self.arrays:
                 raise CompileError(f"the coefficients use {name!r}, which is neither an input "
                                    "nor a parameter")
-        # readouts computed with the state (no lane axis); vector ones get their own kernel
-        self.scan_readouts = {} if form.vector else self.readouts
-        used = set(self.coeff_names)
-        if self.scan_readouts:
-            used |= self.readout_names
+        #: what the scan kernels read and write (the plan's outputs and lane sum)
+        self.io = io if io is not None else scan_io(form)
+        # readouts computed with the state (no lane axis); vector ones summed over the lanes
+        self.scan_readouts = {r: self.readouts[r] for r in self.io.readouts}
         #: timed inputs a scan kernel reads, in a fixed order, and the parameters
-        self.scan_inputs = [n for n in form.inputs if n in used]
-        self.scan_params = {n for n in used if n not in self.timed}
+        self.scan_inputs = list(self.io.inputs)
+        self.scan_params = set(self.io.params)
         #: timed inputs the coefficients alone read (the reduce kernel)
         self.coeff_inputs = [n for n in form.inputs if n in self.coeff_names]
-        #: outputs of a scan kernel: the states, then the readouts computed with them
-        self.scan_outputs = [*self.states, *self.scan_readouts]
+        #: outputs of a scan kernel: the states it writes, then the readouts computed with them
+        self.scan_outputs = list(self.io.outputs)
 
     # -- sequence setup ---------------------------------------------------------------------
     def seq(self, c: Value, n: Value, names: set[str]) -> Seq:
@@ -168,7 +253,7 @@ class Gen:
 
     def out_streams(self, seq: Seq) -> list[Stream]:
         last = self._last()
-        return ([Stream(self.arrays[s], seq.state_base, last) for s in self.states]
+        return ([Stream(self.arrays[s], seq.state_base, last) for s in self.io.states]
                 + [Stream(self.arrays[r], seq.readout_base, last) for r in self.scan_readouts])
 
     def leaf_from(self, seq: Seq, timed: Callable[[str], Value]) -> Element:
@@ -180,7 +265,7 @@ class Gen:
     def outputs_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
                    ) -> list[Value]:
         """Values of :attr:`scan_outputs` at one position from the state there."""
-        out = [h[self.state_out[s]] for s in self.states]
+        out = [h[self.state_out[s]] for s in self.io.states]
         for name, expr in self.scan_readouts.items():
             def lookup(sym: sympy.Symbol) -> Value:
                 if sym in self.state_index:
@@ -188,6 +273,40 @@ class Gen:
                 return timed(sym.name) if sym.name in self.timed else seq.params[sym.name]
             with self.statement_locs.get(name) or nullcontext():
                 out.append(ExprEmitter(lookup)(expr))
+        return out
+
+    def lane_terms_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
+                      ) -> list[Value]:
+        """This lane's term of each sum over n (:attr:`ScanIO.lane_terms`) at one position,
+        from its state there."""
+        def lookup(sym: sympy.Symbol) -> Value:
+            if sym in self.state_index:
+                return h[self.state_index[sym]]
+            return timed(sym.name) if sym.name in self.timed else seq.params[sym.name]
+        emit = ExprEmitter(lookup)
+        with self.statement_locs.get(self.io.lane_readouts[0]) or nullcontext():
+            return [emit(arg) for arg in self.io.lane_terms]
+
+    def channel_params(self, c: Value) -> dict[str, Value]:
+        """The parameters the lane-summed readouts read outside their sums, of channel c."""
+        return self.seq(c, ci(0), {n for n in self.io.outer if n not in self.timed}).params
+
+    def lane_readouts_at(self, params: dict[str, Value], sums: Sequence[Value],
+                         timed: Callable[[str], Value]) -> list[Value]:
+        """The values of :attr:`ScanIO.lane_readouts` of one channel at one step, given the
+        sums over the lanes of each term (``sums``, in :attr:`ScanIO.lane_terms` order), its
+        parameters and ``timed(name)``, a timed input of the channel at the step."""
+        by_term = dict(zip(self.io.lane_terms, sums, strict=True))
+
+        def outer(sym: sympy.Symbol) -> Value:
+            if sym in self.state_index or sym.name in self.lanes:
+                raise CompileError(f"readout uses {sym} outside sum(...): a lane-indexed value "
+                                   "must be summed over n")
+            return timed(sym.name) if sym.name in self.timed else params[sym.name]
+        out = []
+        for name in self.io.lane_readouts:
+            with self.statement_locs.get(name) or nullcontext():
+                out.append(ExprEmitter(outer, by_term.__getitem__)(self.readouts[name]))
         return out
 
     def lane_readout(self, c: Value, t: Value) -> None:
@@ -218,7 +337,7 @@ class Gen:
                 return [arith.addf(acc[0], ExprEmitter(inner)(arg))]
             return for_loop(ci(0), self.N, ci(1), body, [cf(0.0)])[0]
 
-        for name, expr in self.readouts.items():
+        for name in self.io.read_back:
             with self.statement_locs.get(name) or nullcontext():
-                y = ExprEmitter(outer, lane_sum)(expr)
+                y = ExprEmitter(outer, lane_sum)(self.readouts[name])
                 memref.store(y, self.arrays[name], [self.at(mul_i(c, self.L), t)])

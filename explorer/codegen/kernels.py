@@ -63,8 +63,13 @@ from explorer.codegen.emit import (
     mul_i,
     to_index,
 )
-from explorer.codegen.gen import Gen, Locations
-from explorer.codegen.lower_grid import blelloch_block, blelloch_shapes, readout_block
+from explorer.codegen.gen import Gen, Locations, scan_io
+from explorer.codegen.lower_grid import (
+    blelloch_block,
+    blelloch_shapes,
+    lane_loop_block,
+    readout_block,
+)
 from explorer.codegen.lower_lookback import lookback_block
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
 from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
@@ -98,25 +103,34 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
 LOOKBACK_THREADS_PER_SM = 1024
 
 
-def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
-    """The kernels of a compile, in launch order, with their geometry."""
+def _plan_of(form: Any, options: Options, plan: Any) -> Any:
+    from explorer.passes.plan import choose_plan
+
+    return plan if plan is not None else choose_plan(form, options)
+
+
+def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSpec]:
+    """The kernels of a compile, in launch order, with their geometry (of ``plan``, by
+    default the one ``scan-plan`` would choose)."""
+    plan = _plan_of(form, options, plan)
     bs = options.block_size
     block = (bs, 1, 1)
     alg = Algebra(form.A)
     out: list[KernelSpec] = []
+    lane_sum = plan.lane_sum
     if options.strategy == "sequential":
-        lay = seq_layout(form, options)
+        lay = seq_layout(form, options, plan.stored, lane_sum)
         shared = lay.floats * 4 if options.target == "cuda" else 0
-        out.append(KernelSpec(f"{KERNEL_PREFIX}_sequential", "scan", block, bs, shared))
+        out.append(KernelSpec(f"{KERNEL_PREFIX}_sequential", "scan", block, bs, shared,
+                              channels="threads" if lane_sum is not None else None))
     else:
-        shapes = blelloch_shapes(options)
-        gen_counts = _stage_counts(form, options)
+        gen_counts = _stage_counts(form, options, plan)
         # whole sequences: the scan kernel alone; cut into tiles: the look-back kernel alone,
         # or the chunked scan's reduce, carry and scan kernels
         roles = ((("scan", ""), ("lookback", "_lookback")) if options.grid == "lookback" else
                  (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")))
         for role, suffix in roles:
-            static = (gen_counts[role] * shapes.stage + alg.width * shapes.agg) * 4
+            static = sum(_shared_arrays(form, options, role, plan)) * 4
             if options.target == "cuda" and static > STATIC_SHARED_LIMIT:
                 raise OptionError(
                     f"a Blelloch tile of {options.tile} elements ({gen_counts[role]} staged "
@@ -124,29 +138,26 @@ def kernel_specs(form: Any, options: Options) -> list[KernelSpec]:
                     f"memory, more than {STATIC_SHARED_LIMIT}: lower block_size * "
                     "elements_per_thread")
             whole_only = role == "scan" and options.grid == "lookback"
+            lane_loop = role == "scan" and lane_sum is not None and lane_sum.fused
             out.append(KernelSpec(
                 f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, block, 1, 0, static,
                 time_chunk=None if role == "carry" else TIME_CHUNK,
                 launch_when_longer_than=None if role == "scan" else TIME_CHUNK,
                 launch_unless_longer_than=TIME_CHUNK if whole_only else None,
                 min_blocks_per_sm=(max(1, LOOKBACK_THREADS_PER_SM // bs) if role == "lookback"
-                                   else 0)))
-    if form.vector and form.readouts:
+                                   else 0),
+                channels="block" if lane_loop else None))
+    if lane_sum is not None and not lane_sum.fused:
         out.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", block, 1,
                               time_chunk=READOUT_CHUNK_TILES * bs))
     return out
 
 
-def _stage_counts(form: Any, options: Options) -> dict[str, int]:
+def _stage_counts(form: Any, options: Options, plan: Any) -> dict[str, int]:
     alg = Algebra(form.A)
     coeff = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
-    readouts = {} if form.vector else dict(form.readouts)
-    state_syms = set(form.state_symbols)
-    used = coeff | {s.name for e in readouts.values() for s in e.free_symbols
-                    if s not in state_syms}
-    scan_inputs = [n for n in form.inputs if n in used]
-    nout = len(form.recurrence.states) + len(readouts)
-    scan = max(1, len(scan_inputs), nout)
+    io = scan_io(form, plan.stored, plan.lane_sum)
+    scan = max(1, len(io.inputs), len(io.outputs))
     return {"scan": scan, "lookback": scan,
             "reduce": max(1, len([n for n in form.inputs if n in coeff])),
             "carry": max(alg.width, alg.S)}
@@ -158,8 +169,9 @@ def options_for(options: Options, plan: Any) -> Options:
 
     reverse = plan.grid.direction == "reverse"
     if plan.tree == "none":
-        return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse)
-    return replace(options, strategy=plan.tree, block_size=plan.threads,
+        return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse,
+                       outputs=plan.stored)
+    return replace(options, strategy=plan.tree, block_size=plan.threads, outputs=plan.stored,
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
                    reverse=reverse, grid=plan.grid.scheme,
                    lookback_tiles=(plan.lookback.tiles_per_lane if plan.lookback is not None
@@ -174,24 +186,41 @@ def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
 
     start = time.perf_counter()
     opts = options_for(options, plan)
-    if plan.tree == "none" and plan.tile_steps != seq_layout(form, opts).steps:
+    _check_outputs(form, plan)
+    if plan.tree == "none" and plan.tile_steps != seq_layout(form, opts, plan.stored,
+                                                             plan.lane_sum).steps:
         raise CompileError(f"the plan's warp tile of {plan.tile_steps} steps is not one this "
                            "lowering can stage in shared memory")
-    args = kernel_args(form, opts, plan.grid)
-    kernels = kernel_specs(form, opts)
+    args = kernel_args(form, opts, plan=plan)
+    kernels = kernel_specs(form, opts, plan)
     locs = locations or Locations()
     # every op defaults to the location of the (first) state's statement
     with locs.statements.get(form.recurrence.states[0]) or nullcontext():
         if opts.target == "cuda":
-            _cuda_module(module_op, form, opts, args, kernels, plan.sweeps, locs)
+            _cuda_module(module_op, form, opts, args, kernels, plan, locs)
         else:
-            _cpu_module(module_op, form, opts, args, kernels, plan.sweeps, locs)
+            _cpu_module(module_op, form, opts, args, kernels, plan, locs)
     main = next(k for k in kernels if k.role == "scan")
     return BuiltModule(text="", kernel_name=main.name, args=args, block=main.block,
                        sequences_per_block=main.sequences_per_block,
                        shared_bytes=main.shared_bytes, target=opts.target,
                        kernels=kernels, static_shared_bytes=main.static_shared_bytes,
                        seconds=time.perf_counter() - start)
+
+
+def _check_outputs(form: Any, plan: Any) -> None:
+    """The plan's stored outputs and lane sum fit the recurrence being lowered."""
+    rec = form.recurrence
+    unknown = [o for o in plan.stored if o not in form.outputs]
+    if unknown:
+        raise CompileError(f"the plan stores {unknown}, which the recurrence does not have "
+                           f"(its outputs: {list(form.outputs)})")
+    from explorer.passes.plan import lane_sum_of
+
+    want = lane_sum_of(form, plan.stored, plan.strategy, plan.grid.scheme)
+    if plan.lane_sum != want:
+        raise CompileError(f"the plan's lane sum {plan.lane_sum} is not the one the lowering "
+                           f"implements for {list(plan.stored)} of {rec.text!r}: {want}")
 
 
 def build_module(form: Any, options: Options, plan: Any = None) -> BuiltModule:
@@ -214,8 +243,7 @@ def _i64() -> IntegerType:
 
 
 def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[Value],
-          as_flat: Callable[[Value, Value], Value], sweeps: tuple[Any, ...],
-          locs: Locations) -> Gen:
+          as_flat: Callable[[Value, Value], Value], plan: Any, locs: Locations) -> Gen:
     # sizes by role: an input may itself be called C (Mamba's readout matrix)
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
     by_name = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] != "size"}
@@ -223,9 +251,9 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
     Tc = to_index(size[TIME_CHUNK]) if TIME_CHUNK in size else None
     sizes = _array_sizes(args, C, N, L, Tc)
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
-    gen = Gen(form, options, arrays, C, N, L)
+    gen = Gen(form, options, arrays, C, N, L, scan_io(form, plan.stored, plan.lane_sum))
     gen.Tc = Tc
-    gen.sweeps = sweeps
+    gen.sweeps = plan.sweeps
     gen.reverse = options.reverse
     gen.locs = dict(locs.names)
     gen.statement_locs = dict(locs.statements)
@@ -233,33 +261,42 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
 
 
 def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
-                 shared: Sequence[Value], hs: Value | None) -> None:
+                 shared: Sequence[Value], hs: Value | None, plan: Any) -> None:
     if spec.role == "readout":
         readout_block(gen, th, bid)
     elif gen.options.strategy == "sequential":
-        sequential_block(gen, th, seq_layout(gen.form, gen.options), bid, shared[0], hs)
+        lay = seq_layout(gen.form, gen.options, plan.stored, plan.lane_sum)
+        sequential_block(gen, th, lay, bid, shared[0], hs)
     else:
         width = gen.alg.width
-        stage, aggbuf = shared[:-width], shared[-width:]
+        count = _stage_counts(gen.form, gen.options, plan)[spec.role]
+        stage, aggbuf = shared[:count], shared[count:count + width]
         if spec.role == "lookback":
             lookback_block(gen, th, bid, stage, aggbuf)
+        elif spec.channels == "block":
+            lane_loop_block(gen, th, bid, stage, aggbuf, shared[count + width:])
         else:
             blelloch_block(gen, th, spec.role, bid, stage, aggbuf)
 
 
-def _shared_arrays(form: Any, options: Options, spec: KernelSpec) -> list[int]:
-    """Sizes (floats) of the workgroup arrays of ``spec``."""
-    if spec.role == "readout":
+def _shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[int]:
+    """Sizes (floats) of the workgroup arrays of the kernel of ``role``: for the trees, the
+    stage buffers, the aggregate buffers, and with a lane loop one row of the tile per term
+    of the sums over n."""
+    if role == "readout":
         return []
     if options.strategy == "sequential":
-        return [seq_layout(form, options).floats]
+        return [seq_layout(form, options, plan.stored, plan.lane_sum).floats]
     shapes = blelloch_shapes(options)
-    count = _stage_counts(form, options)[spec.role]
-    return [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
+    count = _stage_counts(form, options, plan)[role]
+    sizes = [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
+    if role == "scan" and plan.lane_sum is not None and plan.lane_sum.fused:
+        sizes += [shapes.stage] * len(scan_io(form, plan.stored, plan.lane_sum).lane_terms)
+    return sizes
 
 
 def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[str, Any]],
-                 kernels: list[KernelSpec], sweeps: tuple[Any, ...], locs: Locations) -> None:
+                 kernels: list[KernelSpec], plan: Any, locs: Locations) -> None:
     module_op.attributes["gpu.container_module"] = UnitAttr.get()
     # bare-pointer ABI: a buffer arrives as a 0-d memref (one pointer) and is reshaped to the
     # flat memref<?xf32> of its size inside the kernel
@@ -279,7 +316,8 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                     # ask ptxas for registers that leave room for this many blocks per SM
                     fn.attributes["nvvm.minctasm"] = IntegerAttr.get(
                         IntegerType.get_signless(32), spec.min_blocks_per_sm)
-                static = [] if spec.shared_bytes else _shared_arrays(form, options, spec)
+                static = ([] if spec.shared_bytes else
+                          _shared_arrays(form, options, spec.role, plan))
                 wg_types: list[Type] = [MemRefType.get([n], f32(), memory_space=workgroup)
                                         for n in static]
                 if wg_types:
@@ -298,8 +336,7 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                         dyn = ShapedType.get_dynamic_size()
                         return memref.reinterpret_cast(flat_memref(), v, [], [size], [], [0],
                                                        [dyn], [1])
-                    gen = _bind(form, options, args, values[:len(args)], as_flat, sweeps,
-                                locs)
+                    gen = _bind(form, options, args, values[:len(args)], as_flat, plan, locs)
                     shared = values[len(args):]
                     if spec.shared_bytes:
                         raw = gpu.dynamic_shared_memory(MemRefType.get(
@@ -309,7 +346,8 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                                               memory_space=workgroup)
                         shared = [memref.view(view, raw, ci(0), [ci(spec.shared_bytes // 4)])]
                     th = Threads(True, bs, gpu.thread_id(gpu.Dimension.x))
-                    _kernel_body(gen, spec, th, gpu.block_id(gpu.Dimension.x), shared, None)
+                    _kernel_body(gen, spec, th, gpu.block_id(gpu.Dimension.x), shared, None,
+                                 plan)
                     gpu.return_([])
         _cuda_host_launcher(args, arg_types, kernels)
 
@@ -325,7 +363,12 @@ def _sizes_of(args: list[dict[str, Any]], vals: Sequence[Value]) -> dict[str, Va
 
 
 def _grid_value(spec: KernelSpec, sizes: dict[str, Value]) -> Value:
-    blocks = ceil_div(mul_i(sizes["C"], sizes["N"]), ci(spec.sequences_per_block))
+    if spec.channels == "block":
+        blocks = sizes["C"]
+    elif spec.channels == "threads":   # floor(threads / N) whole channels a block
+        blocks = ceil_div(sizes["C"], arith.divui(ci(spec.block[0]), sizes["N"]))
+    else:
+        blocks = ceil_div(mul_i(sizes["C"], sizes["N"]), ci(spec.sequences_per_block))
     if spec.time_chunk is not None:
         blocks = mul_i(blocks, ceil_div(sizes["L"], _size_value(spec.time_chunk, sizes)))
     return blocks
@@ -364,7 +407,7 @@ def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],
 
 
 def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str, Any]],
-                kernels: list[KernelSpec], sweeps: tuple[Any, ...], locs: Locations) -> None:
+                kernels: list[KernelSpec], plan: Any, locs: Locations) -> None:
     """Host code: one ``<kernel>_grid(args..., grid)`` per kernel that runs its blocks one
     after the other and the threads of a block phase by phase, and the entry
     ``scanweaver_<strategy>(args...)`` that launches them in order like the GPU runtime."""
@@ -381,9 +424,9 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
             with InsertionPoint(block):
                 values = list(block.arguments)
                 gen = _bind(form, options, args, values[:len(args)], lambda v, size: v,
-                            sweeps, locs)
+                            plan, locs)
                 shared = [memref.alloc(MemRefType.get([n], f32()), [], [])
-                          for n in _shared_arrays(form, options, spec)]
+                          for n in _shared_arrays(form, options, spec.role, plan)]
                 hs = None
                 if options.strategy == "sequential" and spec.role == "scan":
                     hs = memref.alloc(MemRefType.get([bs * gen.alg.S], f32()), [], [])
@@ -392,7 +435,7 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
                 def one_block(b: Value, _: list[Value], gen: Gen = gen, spec: KernelSpec = spec,
                               shared: list[Value] = shared, hs: Value | None = hs,
                               th: Threads = th) -> list[Value]:
-                    _kernel_body(gen, spec, th, b, shared, hs)
+                    _kernel_body(gen, spec, th, b, shared, hs, plan)
                     return []
                 for_loop(ci(0), to_index(values[-1]), ci(1), one_block)
                 for buf in [*shared, *([hs] if hs is not None else [])]:

@@ -65,7 +65,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                element: Callable[[list[Value]], Element],
                outputs: Callable[[list[Value], list[Value]], list[Value]] | None,
                begin: Value, end: Value, init: list[Value], mode: str,
-               state_before: Callable[[Element, list[Value]], list[Value]] | None = None
+               state_before: Callable[[Element, list[Value]], list[Value]] | None = None,
+               accumulate: Callable[[Value, list[Value], list[Value]], None] | None = None,
                ) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
@@ -74,7 +75,9 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     the state before t. ``init`` is the state before ``begin`` (ignored by ``reduce``).
     ``state_before(total, carry)``, when given, is called by every thread once the block tree
     has the tile's aggregate ``total``, and gives the state before the tile in place of the
-    carried one (the look-back of the grid level).
+    carried one (the look-back of the grid level). ``accumulate(p, state, inputs)``, when
+    given, is called by the thread that owns tile position ``p`` with the state after it
+    (``"inclusive"``), in place of or beside the outputs (the terms of a sum over lanes).
     """
     alg = gen.alg
     bs = th.bs
@@ -192,22 +195,29 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
         # 5. each thread applies its prefix to its own elements; states out via the stage
         def finish(tid: Value) -> None:
-            assert outputs is not None
+            assert outputs is not None or accumulate is not None
             h = alg.apply(prefix(tid), carry)
             els = kept["els"] if th.gpu else own(tid, t0)
             for j in range(E):
                 p = add_i(mul_i(tid, ci(E)), ci(j))
                 vals = staged(p)
+                o: list[Value] = []
                 if mode == "exclusive":
-                    o = outputs(h, vals)
+                    o = outputs(h, vals) if outputs is not None else []
                     h = alg.apply(els[j], h)
                 else:
                     h = alg.apply(els[j], h)
-                    o = outputs(h, vals)
+                    o = outputs(h, vals) if outputs is not None else []
+                    if accumulate is not None:
+                        # past the end the element is the identity: the state repeats there,
+                        # and the position's term is never read
+                        accumulate(p, h, vals)
                 for q, v in enumerate(o):
                     memref.store(v, stage[q], [pad(p)])
         th.each(finish)
         th.barrier()
+        if not outs:
+            return alg.apply(total, carry) + nxt
 
         def write(tid: Value) -> None:
             for k in range(E):

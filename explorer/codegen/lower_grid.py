@@ -1,6 +1,8 @@
 """Lowering of the grid level of a tree plan (``scan.grid {scheme = "chunked"}``): the blocks of
-the reduce, carry and scan kernels over the chunks of each sequence, and the readout kernel that
-sums a vector state's lanes.
+the reduce, carry and scan kernels over the chunks of each sequence; with a lane sum in the scan
+(``scan.lane_sum {scheme = "lane-loop"}``) the scan kernel's blocks over the chunks of each
+channel, looping over its lanes; and the readout kernel that sums a vector state's lanes from
+the states in memory (``scheme = "readout-kernel"``).
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from explorer.codegen.emit import (
     Element,
     add_i,
     ceil_div,
+    cf,
     ci,
     f32,
+    lt_i,
     mul_i,
 )
 from explorer.codegen.gen import Gen, Stream
 from explorer.codegen.lower_block import block_scan
 from explorer.codegen.options import Options
-from explorer.codegen.threads import Threads, for_loop, if_else, if_then, min_i, padded
+from explorer.codegen.threads import Threads, for_loop, if_else, if_then, min_i, pad, padded
 from explorer.frontend.names import AGGREGATES, CARRIES
 
 
@@ -100,6 +104,103 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
         return gen.outputs_at(seq, h, lambda name: vals[at[name]])
     block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names), gen.out_streams(seq),
                element, outputs, begin, end, init, "inclusive")
+
+
+def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
+                    aggbuf: Sequence[Value], acc: Sequence[Value]) -> None:
+    """A block of the scan kernel with the lane sum in it: chunk ``k`` of channel ``c`` (grid
+    ``C * ceil(L / time_chunk)``). Tile by tile, the block scans each lane of the channel in
+    turn from that lane's state before the tile (the initial state or the chunk's carry at the
+    first tile; then what the lane's last tile left in the chunk's carry slot, which this block
+    alone uses), each thread adding the lane's terms at its positions into ``acc`` (a row of
+    the tile per term); then the tile's readouts are written, coalesced, and ``acc`` cleared."""
+    alg = gen.alg
+    E = gen.options.elements_per_thread
+    bs = th.bs
+    T = bs * E
+    assert gen.Tc is not None, "the chunked scan kernels take time_chunk"
+    nch = ceil_div(gen.L, gen.Tc)
+    c = arith.divui(bid, nch)
+    k = arith.remui(bid, nch)
+    begin = mul_i(k, gen.Tc)
+    end = min_i(gen.L, add_i(begin, gen.Tc))
+    names = gen.scan_inputs
+    at = {n: q for q, n in enumerate(names)}
+    S = alg.S
+    carries = gen.arrays[CARRIES]
+    readouts = gen.io.lane_readouts
+
+    def clear(i: Value) -> None:
+        for buf in acc:
+            memref.store(cf(0.0), buf, [pad(i)])
+
+    def clear_own(tid: Value) -> None:
+        for kk in range(E):
+            clear(add_i(ci(kk * bs), tid))
+    th.each(clear_own)
+    th.barrier()
+
+    def tile(tix: Value, _: list[Value]) -> list[Value]:
+        t0 = add_i(begin, mul_i(tix, ci(T)))
+        t1 = min_i(end, add_i(t0, ci(T)))
+        fresh = arith.andi(arith.cmpi(arith.CmpIPredicate.eq, tix, ci(0)),
+                           arith.cmpi(arith.CmpIPredicate.eq, k, ci(0)))
+
+        def lane(n: Value, _: list[Value]) -> list[Value]:
+            s = add_i(mul_i(c, gen.N), n)
+            seq = gen.seq(c, n, set(names) | gen.scan_params)
+
+            def slot(i: int) -> Value:
+                return add_i(mul_i(add_i(mul_i(s, ci(S)), ci(i)), nch), k)
+            init = if_else(fresh, [f32()] * S, lambda: gen.initial_state(seq),
+                           lambda: [memref.load(carries, [slot(i)]) for i in range(S)])
+
+            def element(vals: list[Value]) -> Element:
+                return gen.leaf_from(seq, lambda name: vals[at[name]])
+
+            def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
+                return gen.outputs_at(seq, h, lambda name: vals[at[name]])
+
+            def accumulate(p: Value, h: list[Value], vals: list[Value]) -> None:
+                terms = gen.lane_terms_at(seq, h, lambda name: vals[at[name]])
+                for buf, v in zip(acc, terms, strict=True):
+                    memref.store(arith.addf(memref.load(buf, [pad(p)]), v), buf, [pad(p)])
+            after = block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names),
+                               gen.out_streams(seq), element,
+                               outputs if gen.scan_outputs else None, t0, t1, init,
+                               "inclusive", accumulate=accumulate)
+
+            def keep() -> None:
+                for i, v in enumerate(after):
+                    memref.store(v, carries, [slot(i)])
+            if th.gpu:
+                assert th.tid is not None
+                if_then(arith.cmpi(arith.CmpIPredicate.eq, th.tid, ci(0)), keep)
+            else:
+                keep()
+            return []
+        for_loop(ci(0), gen.N, ci(1), lane)
+
+        # the block's last scan ended with a barrier after the terms were added
+        def write(tid: Value) -> None:
+            cseq = gen.seq(c, ci(0), set(gen.io.outer))
+            for kk in range(E):
+                i = add_i(ci(kk * bs), tid)
+                t = add_i(t0, i)
+
+                def put(i: Value = i, t: Value = t) -> None:
+                    def timed(name: str) -> Value:
+                        return gen.value(cseq, name, t)
+                    sums = [memref.load(buf, [pad(i)]) for buf in acc]
+                    ys = gen.lane_readouts_at(cseq.params, sums, timed)
+                    for name, y in zip(readouts, ys, strict=True):
+                        memref.store(y, gen.arrays[name], [gen.at(mul_i(c, gen.L), t)])
+                if_then(lt_i(t, t1), put)
+                clear(i)
+        th.each(write)
+        th.barrier()
+        return []
+    for_loop(ci(0), ceil_div(arith.subi(end, begin), ci(T)), ci(1), tile)
 
 
 def readout_block(gen: Gen, th: Threads, bid: Value) -> None:

@@ -1,5 +1,12 @@
 """Lowering of the ``sequential`` plan: one thread per sequence, warp tiles of 32 sequences x
 ``steps`` time steps staged through shared memory (``scan.warp_tile``), coalesced along time.
+
+With a lane sum in the block (``scan.lane_sum {scheme = "lanes-in-block"}``) a block runs
+``floor(B / N)`` whole channels, the N lanes of a channel in consecutive threads. Each thread
+leaves its lane's terms of the sums over n in the tile, in place of inputs it has read; after a
+barrier the block sums them, one (channel, step) cell a thread at a time (consecutive threads
+on consecutive steps: conflict-free reads of the tile, the readout written coalesced along
+time), and the states are written only when the plan stores them.
 """
 
 from __future__ import annotations
@@ -17,12 +24,13 @@ from mlir.ir import (
 
 from explorer.codegen.emit import (
     add_i,
+    cf,
     ci,
     f32,
     lt_i,
     mul_i,
 )
-from explorer.codegen.gen import Gen, Seq
+from explorer.codegen.gen import Gen, Seq, scan_io
 from explorer.codegen.options import SHARED_LIMIT, Options
 from explorer.codegen.threads import WARP, Threads, for_loop, if_else, if_then, min_i
 from explorer.errors import OptionError
@@ -38,7 +46,9 @@ class SeqLayout:
     steps: int                    # TT: time steps per tile
     inputs: tuple[str, ...]       # staged timed inputs, buffer q = inputs[q]
     private: tuple[bool, ...]     # row = own sequence (else row = channel - first channel)
-    out_buffer: tuple[int, ...]   # buffer that holds output o on its way out
+    #: buffer that holds output o on its way out: the states and readouts written per
+    #: sequence (Gen.scan_outputs), then the lane terms of the sums over n
+    out_buffer: tuple[int, ...]
     buffers: int
     warps: int
 
@@ -47,15 +57,18 @@ class SeqLayout:
         return self.warps * self.buffers * WARP * (self.steps + 1)
 
 
-def seq_layout(form: Any, options: Options) -> SeqLayout:
-    alg_free = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
-    readouts = {} if form.vector else dict(form.readouts)
-    used = set(alg_free) | {s.name for e in readouts.values() for s in e.free_symbols}
+def seq_layout(form: Any, options: Options, stored: Any = None, lane_sum: Any = None
+               ) -> SeqLayout:
+    """The tile layout for a plan storing ``stored`` with the lane sum ``lane_sum`` (see
+    :func:`explorer.codegen.gen.scan_io`)."""
+    io = scan_io(form, stored, lane_sum)
+    # the inputs of each sequence, and those the lane-summed readouts read per channel
+    used = set(io.inputs) | set(io.outer)
     inputs = tuple(n for n in form.inputs if n in used)
     lanes = set(form.recurrence.lane_names)
     private = tuple((not form.vector) or n in lanes for n in inputs)
     own = [q for q, p in enumerate(private) if p]
-    nout = len(form.recurrence.states) + len(readouts)
+    nout = len(io.outputs) + len(io.lane_terms)
     # an output reuses the buffer of an input read only by its own thread (in place, after
     # the read of the same step); the others get buffers of their own
     out_buffer = tuple(own[o] if o < len(own) else len(inputs) + o - len(own)
@@ -83,7 +96,16 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
     CN = mul_i(gen.C, gen.N)
     S = alg.S
     nin = len(lay.inputs)
-    block_s0 = mul_i(bid, ci(bs))
+    fused = bool(gen.io.lane_readouts)
+    if fused:
+        # floor(B / N) whole channels a block: the sequences of channel c are consecutive
+        per_block = arith.divui(ci(bs), gen.N)
+        span = mul_i(per_block, gen.N)
+    else:
+        span = ci(bs)
+    block_s0 = mul_i(bid, span)
+    # the block's sequences end here (the threads past it have none)
+    block_end = min_i(add_i(block_s0, span), CN)
 
     def where(warp: Value, q: int, r: Value, col: Value) -> Value:
         return add_i(mul_i(add_i(mul_i(add_i(mul_i(warp, ci(lay.buffers)), ci(q)), ci(WARP)),
@@ -97,7 +119,7 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
 
     def setup(tid: Value) -> tuple[Value, Seq]:
         s_raw = add_i(block_s0, tid)
-        s = min_i(s_raw, arith.subi(CN, ci(1)))
+        s = min_i(s_raw, arith.subi(block_end, ci(1)))
         seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N),
                       set(lay.inputs) | gen.scan_params)
         return s_raw, seq
@@ -134,7 +156,7 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                 t = min_i(add_i(t0, col), last_t)
                 for q, name in enumerate(lay.inputs):
                     if lay.private[q]:
-                        row = min_i(add_i(s0, r), arith.subi(CN, ci(1)))
+                        row = min_i(add_i(s0, r), arith.subi(block_end, ci(1)))
                     else:
                         row = min_i(add_i(c0, r), arith.subi(gen.C, ci(1)))
                     with gen.loc(name):
@@ -152,7 +174,7 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
             for r, col in cells(lane, mb):
                 t = add_i(t0, col)
                 srow = add_i(s0, r)
-                ok = arith.andi(lt_i(srow, CN), lt_i(t, gen.L))
+                ok = arith.andi(lt_i(srow, block_end), lt_i(t, gen.L))
 
                 def put(r: Value = r, col: Value = col, t: Value = t, srow: Value = srow
                         ) -> None:
@@ -173,6 +195,8 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                     for q, name in enumerate(lay.inputs)}
             hn = alg.apply(gen.leaf_from(seq, vals.__getitem__), h)
             outs = gen.outputs_at(seq, hn, vals.__getitem__)
+            if fused:
+                outs += gen.lane_terms_at(seq, hn, vals.__getitem__)
             for o, v in enumerate(outs):
                 memref.store(v, stage, [where(warp, lay.out_buffer[o], lane, k)])
             return hn
@@ -182,13 +206,52 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
             return h
         return for_loop(ci(0), steps, ci(1), step, h)
 
+    def sum_lanes(tid: Value, t0: Value, steps: int | Value) -> None:
+        """The lane-summed readouts of the block's channels over the tile: thread ``tid``
+        takes the cells (channel g, step k) ``tid, tid + B, ...``, k the faster."""
+        first_term = len(gen.scan_outputs)
+        nterms = len(gen.io.lane_terms)
+        at = {name: q for q, name in enumerate(lay.inputs)}
+        block_c0 = mul_i(bid, per_block)
+
+        def cell(idx: Value, _: list[Value]) -> list[Value]:
+            g = arith.divui(idx, ci(tt))
+            k = arith.remui(idx, ci(tt))
+            c = add_i(block_c0, g)
+            ok = lt_i(c, gen.C)
+            if not isinstance(steps, int) or steps < tt:
+                ok = arith.andi(ok, lt_i(k, steps if not isinstance(steps, int) else ci(steps)))
+            lane0 = mul_i(g, gen.N)    # the block's thread of lane 0 of channel c
+
+            def go() -> None:
+                def lane(n: Value, acc: list[Value]) -> list[Value]:
+                    j = add_i(lane0, n)
+                    w, r = arith.divui(j, ci(WARP)), arith.remui(j, ci(WARP))
+                    return [arith.addf(acc[i], memref.load(
+                        stage, [where(w, lay.out_buffer[first_term + i], r, k)]))
+                        for i in range(nterms)]
+                sums = for_loop(ci(0), gen.N, ci(1), lane, [cf(0.0)] * nterms)
+                # the channel's own inputs, staged by the warp that holds its lane 0
+                w0 = arith.divui(lane0, ci(WARP))
+                row = arith.subi(c, arith.divui(add_i(block_s0, mul_i(w0, ci(WARP))), gen.N))
+
+                def timed(name: str) -> Value:
+                    return memref.load(stage, [where(w0, at[name], row, k)])
+                ys = gen.lane_readouts_at(gen.channel_params(c), sums, timed)
+                t = add_i(t0, k)
+                for name, y in zip(gen.io.lane_readouts, ys, strict=True):
+                    memref.store(y, gen.arrays[name], [gen.at(mul_i(c, gen.L), t)])
+            if_then(ok, go)
+            return []
+        for_loop(tid, mul_i(per_block, ci(tt)), ci(bs), cell)
+
     def tile(t0: Value, steps: int | Value, h: list[Value], seq_of: Any) -> list[Value]:
         th.each(lambda tid: load_tile(tid, t0))
         th.warp_sync()
         if th.gpu:
             s_raw, seq = seq_of
-            h = if_else(lt_i(s_raw, CN), [f32()] * S, lambda: walk(th.tid, seq, t0, h, steps),
-                        lambda: h)
+            h = if_else(lt_i(s_raw, block_end), [f32()] * S,
+                        lambda: walk(th.tid, seq, t0, h, steps), lambda: h)
         else:
             assert hs is not None
 
@@ -200,10 +263,18 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                     hh = walk(tid, seq, t0, hh, steps)
                     for i, v in enumerate(hh):
                         memref.store(v, hs, [add_i(mul_i(tid, ci(S)), ci(i))])
-                if_then(lt_i(s_raw, CN), go)
+                if_then(lt_i(s_raw, block_end), go)
             th.each(host_walk)
-        th.warp_sync()
-        th.each(lambda tid: store_tile(tid, t0))
+        if fused:
+            # a channel's lanes may lie in several warps: the whole block's terms are in
+            th.barrier()
+            th.each(lambda tid: sum_lanes(tid, t0, steps))
+        else:
+            th.warp_sync()
+        if gen.scan_outputs:
+            th.each(lambda tid: store_tile(tid, t0))
+        if fused:
+            th.barrier()     # the tile is read by every warp before the next one is staged
         return h
 
     # initial states; full tiles (their steps unrolled), then the ragged tail

@@ -19,6 +19,11 @@ DTYPES = ("float32",)
 #: before it from their published aggregates, 12 bytes an fp32 affine element) or ``chunked``
 #: (reduce the chunks, carry across them, rescan: the inputs read twice, 20 bytes an element)
 GRIDS = ("chunked", "lookback")
+#: which outputs a compile stores (``outputs=``; a list of output names is accepted too):
+#: ``readouts`` the readouts, or the states of a recurrence that has none (the default: a state
+#: that nobody asked for is never written); ``states`` the states alone (no readout is
+#: computed); ``all`` the states and the readouts
+OUTPUTS = ("readouts", "states", "all")
 
 # NVIDIA chips the NVPTX backend and ptxas 12/13 know, with the lowest PTX ISA version that
 # supports each: the PTX we write declares that version, so older drivers can still load it.
@@ -59,6 +64,9 @@ class Options:
     #: this): the walk keeps up with the tiles arriving only if a window spans the tiles that
     #: finish during one round trip to L2
     lookback_tiles: int = 1
+    #: the outputs the kernels write: one of OUTPUTS, or a tuple of output names (resolved
+    #: against the recurrence by the plan, :func:`explorer.passes.plan.stored_outputs`)
+    outputs: str | tuple[str, ...] = "readouts"
 
     @property
     def tile(self) -> int:
@@ -95,7 +103,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if target not in TARGETS:
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
-             "reverse", "grid", "lookback_tiles"}
+             "reverse", "grid", "lookback_tiles", "outputs"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -124,7 +132,25 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown grid {grid!r}; choose one of {', '.join(GRIDS)}")
     lookback_tiles = _power_of_two(options.get("lookback_tiles", defaults.lookback_tiles),
                                    "lookback_tiles", 1, 16)
+    outputs = _outputs(options.get("outputs", defaults.outputs))
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
-                   lookback_tiles=lookback_tiles)
+                   lookback_tiles=lookback_tiles, outputs=outputs)
+
+
+def _outputs(value: object) -> str | tuple[str, ...]:
+    """``outputs``: a keyword of OUTPUTS, or a non-empty list of distinct names (which
+    outputs of the recurrence they are is checked by the plan, which knows them)."""
+    if isinstance(value, str):
+        if value in OUTPUTS:
+            return value
+        if value.isidentifier():
+            return (value,)
+    elif isinstance(value, list | tuple) and value and all(
+            isinstance(v, str) and v.isidentifier() for v in value):
+        if len(set(value)) != len(value):
+            raise OptionError(f"outputs names an output twice: {list(value)}")
+        return tuple(value)
+    raise OptionError(f"outputs must be one of {', '.join(OUTPUTS)} or a list of output "
+                      f"names, got {value!r:.60}")

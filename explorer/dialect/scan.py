@@ -12,8 +12,10 @@ step, and the last of them replaces them by ``gpu``/``scf``/``memref`` code:
 * after ``scan-plan``: the plan, from the innermost level out: ``scan.thread`` (elements composed
   serially in registers), ``scan.block`` (threads of a block and the tree over their
   aggregates), one ``scan.sweep`` per level of that tree (phase, stride, active threads: a
-  barrier between sweeps), and ``scan.grid`` (how a sequence is spread over blocks). The
-  lowering reads these ops, so the tree drawn from them is the tree the kernels run.
+  barrier between sweeps), ``scan.grid`` (how a sequence is spread over blocks),
+  ``scan.store`` (the outputs the kernels write) and, for a vector state with readouts,
+  ``scan.lane_sum`` (where the sums over the lanes are computed). The lowering reads these
+  ops, so the tree drawn from them is the tree the kernels run.
 
 Every op takes no operands and produces no results; its attributes are its meaning. (IRDL ops
 cannot be terminators, so the dialect has no regions: order in the module is program order.)
@@ -36,6 +38,8 @@ OPS: dict[str, tuple[str, ...]] = {
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),
     "warp_tile": ("sequences", "steps"),
     "lookback": ("lanes", "tiles_per_lane"),
+    "store": ("outputs",),
+    "lane_sum": ("readouts", "scheme"),
 }
 
 #: the dialect in IRDL: every attribute present, of any kind (the passes check their values)

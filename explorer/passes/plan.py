@@ -20,7 +20,20 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   ``chunked``: chunks of whole tiles (reduce each chunk, carry across chunks, rescan from the
   carry: the inputs are read twice), the chunk length chosen per call by this rule;
 * ``scan.lookback {lanes = 32, tiles_per_lane}`` (look-back grids only): the warp that looks
-  back examines ``lanes * tiles_per_lane`` tiles per round trip to memory.
+  back examines ``lanes * tiles_per_lane`` tiles per round trip to memory;
+* ``scan.store {outputs}``: the outputs the kernels write, chosen by the ``outputs`` option
+  (:func:`stored_outputs`): by default the readouts when the recurrence has any, so a state
+  that nobody asked for is never written;
+* ``scan.lane_sum {readouts, scheme}`` (a vector state whose readouts are stored): where the
+  readouts' sums over the lanes ``n`` are computed. ``lanes-in-block`` (sequential plans): the
+  N lanes of a channel are consecutive threads of one block (``floor(B / N)`` channels a block,
+  so ``N <= B``); after each warp tile every thread leaves its lane's terms in shared memory and
+  the block sums them, a readout value per (channel, step), written coalesced along time.
+  ``lane-loop`` (tree plans, chunked grid): one block per chunk of a channel scans the channel's
+  lanes one after another, tile by tile, from each lane's true incoming state (the carry, kept
+  per lane between tiles), adding each lane's terms into a shared-memory row of the tile; then
+  the readout is written. ``readout-kernel`` (look-back grid): a kernel after the scan reads the
+  states back (a workspace of the compile when they are not stored).
 
 The ``sequential`` strategy has ``scan.warp_tile {sequences = 32, steps}`` (a warp stages 32
 sequences x ``steps`` time steps through shared memory, coalesced, then each thread walks its
@@ -80,6 +93,23 @@ class Lookback:
     tiles_per_lane: int
 
 
+#: where the sums over the lanes of a readout are computed (``scan.lane_sum``'s scheme)
+LANE_SUM_SCHEMES = ("lanes-in-block", "lane-loop", "readout-kernel")
+
+
+@dataclass(frozen=True)
+class LaneSum:
+    """``scan.lane_sum``: the readouts summed over the lanes of a vector state, and where."""
+
+    readouts: tuple[str, ...]
+    scheme: str
+
+    @property
+    def fused(self) -> bool:
+        """Summed inside the scan kernel (the states need not go through memory)."""
+        return self.scheme != "readout-kernel"
+
+
 @dataclass(frozen=True)
 class Plan:
     """The plan as read from the IR."""
@@ -92,6 +122,8 @@ class Plan:
     grid: Grid
     tile_steps: int = 0           # sequential: time steps of a warp tile
     lookback: Lookback | None = None   # look-back grids only
+    stored: tuple[str, ...] = ()       # the outputs the kernels write (scan.store)
+    lane_sum: LaneSum | None = None    # a vector state's readouts (scan.lane_sum)
 
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
@@ -134,6 +166,40 @@ def sweeps_of(tree: str, threads: int) -> tuple[Sweep, ...]:
     raise ValueError(f"unknown tree {tree!r}")
 
 
+def stored_outputs(rec: Any, outputs: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The outputs of ``rec`` (a :class:`~explorer.frontend.recurrence.Recurrence`) that the
+    option ``outputs`` asks for, in the recurrence's order (states, then readouts);
+    :class:`~explorer.errors.OptionError` for a name that is not an output."""
+    from explorer.errors import OptionError
+
+    states, readouts = tuple(rec.states), tuple(rec.readouts)
+    if outputs == "all":
+        return states + readouts
+    if outputs == "states":
+        return states
+    if outputs == "readouts":
+        return readouts or states
+    if isinstance(outputs, str):
+        outputs = (outputs,)
+    unknown = [o for o in outputs if o not in states + readouts]
+    if unknown:
+        raise OptionError(f"outputs names {', '.join(unknown)}, not an output of the "
+                          f"recurrence (its states: {', '.join(states)}"
+                          + (f"; its readouts: {', '.join(readouts)})" if readouts else ")"))
+    return tuple(o for o in states + readouts if o in outputs)
+
+
+def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str
+                ) -> LaneSum | None:
+    """Where the stored readouts of a vector state sum its lanes (None: nothing to sum)."""
+    readouts = tuple(r for r in form.recurrence.readouts if r in stored)
+    if not form.vector or not readouts:
+        return None
+    if strategy not in TREES:
+        return LaneSum(readouts, "lanes-in-block")
+    return LaneSum(readouts, "readout-kernel" if grid == "lookback" else "lane-loop")
+
+
 def choose_plan(form: Any, options: Any) -> Plan:
     """The plan for ``form`` under ``options`` (what ``scan-plan`` writes as ops)."""
     from explorer.codegen.contract import CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM, UNCHUNKED_FROM
@@ -141,6 +207,8 @@ def choose_plan(form: Any, options: Any) -> Plan:
 
     o = options
     direction = "reverse" if o.reverse else "forward"
+    stored = stored_outputs(form.recurrence, o.outputs)
+    lane_sum = lane_sum_of(form, stored, o.strategy, o.grid)
     if o.strategy in TREES:
         grid = (Grid("lookback", direction, o.tile, 1, CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM)
                 if o.grid == "lookback" else
@@ -148,13 +216,52 @@ def choose_plan(form: Any, options: Any) -> Plan:
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles)
-                              if grid.scheme == "lookback" else None))
+                              if grid.scheme == "lookback" else None),
+                    stored=stored, lane_sum=lane_sum)
     return Plan("sequential", o.block_size, 1, "none", (),
-                Grid("sequence-per-thread", direction), tile_steps=seq_layout(form, o).steps)
+                Grid("sequence-per-thread", direction),
+                tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
+                lane_sum=lane_sum)
 
 
-def write_plan(plan: Plan) -> None:
-    """The ops of ``plan`` at the current insertion point."""
+def outputs_text(plan: Plan, states: tuple[str, ...] = ()) -> str:
+    """What the plan writes and where it sums the lanes of its readouts, in words (the plan
+    stage's "what the plan does"); ``states``: the recurrence's states, to name those it
+    leaves out."""
+    kept = ", ".join(plan.stored)
+    dropped = [s for s in states if s not in plan.stored]
+    lines = [f"scan.store: the kernels write {kept}"
+             + (f"; the states {', '.join(dropped)} are never written to memory (nobody asked "
+                "for them: outputs='all' stores them)" if dropped and (
+                    plan.lane_sum is None or plan.lane_sum.fused) else "")]
+    ls = plan.lane_sum
+    if ls is not None:
+        ys = ", ".join(ls.readouts)
+        B = plan.threads
+        lines.append({
+            "lanes-in-block":
+                f"scan.lane_sum (lanes-in-block): the N lanes of a channel are consecutive "
+                f"threads of a block (floor({B} / N) channels a block, so N <= {B}); after each "
+                f"warp tile every thread leaves its lane's terms in shared memory, then the "
+                f"block sums them for each (channel, step) and writes {ys}, coalesced along time",
+            "lane-loop":
+                f"scan.lane_sum (lane-loop): a block of the scan kernel takes a chunk of a whole "
+                f"channel and scans its N lanes one after another, tile by tile, each lane from "
+                f"its own state before the tile (its carry), adding the lane's terms into a "
+                f"shared-memory row of the tile; then it writes {ys} for the tile (the reduce and "
+                f"carry kernels still run per lane)",
+            "readout-kernel":
+                "scan.lane_sum (readout-kernel): the look-back scan does not sum the lanes: a "
+                "readout kernel after it reads the states back from memory"
+                + (f" (a workspace of the call: {', '.join(dropped)} not returned)"
+                   if dropped else "") + f" and writes {ys}",
+        }[ls.scheme])
+    return "\n".join("  " + line for line in lines)
+
+
+def write_plan(plan: Plan, readout_loc: Any = None) -> None:
+    """The ops of ``plan`` at the current insertion point (``scan.lane_sum`` at
+    ``readout_loc``, the location of the first readout it sums, when given)."""
     from explorer.codegen.threads import WARP
 
     if plan.tree in TREES:
@@ -171,6 +278,10 @@ def write_plan(plan: Plan) -> None:
     if plan.lookback is not None:
         scan.create("lookback", {"lanes": plan.lookback.lanes,
                                  "tiles_per_lane": plan.lookback.tiles_per_lane})
+    scan.create("store", {"outputs": list(plan.stored)})
+    if plan.lane_sum is not None:
+        scan.create("lane_sum", {"readouts": list(plan.lane_sum.readouts),
+                                 "scheme": plan.lane_sum.scheme}, loc=readout_loc)
 
 
 def make(state: ScanState) -> Any:
@@ -181,8 +292,12 @@ def make(state: ScanState) -> Any:
         if len(affine) != 1 or state.form is None:
             raise ValueError(f"{NAME} runs after scan-decompose (one scan.affine)")
         last = scan.ops(module_op)[-1]
+        plan = choose_plan(state.form, state.options)
+        readouts = {scan.attrs(op)["target"]: op.location
+                    for op in scan.ops(module_op, "readout")}
+        loc = (readouts.get(plan.lane_sum.readouts[0]) if plan.lane_sum is not None else None)
         with InsertionPoint.after(last), affine[0].location:
-            write_plan(choose_plan(state.form, state.options))
+            write_plan(plan, loc)
         state.plan = read_plan(module_op)
     return run
 
@@ -199,7 +314,8 @@ def plan_from_dict(raw: Any) -> Plan:
                 str(raw["tree"]), sweeps,
                 Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
-                _lookback_from(raw.get("lookback")))
+                _lookback_from(raw.get("lookback")),
+                tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -214,6 +330,7 @@ def plan_from_dict(raw: Any) -> Plan:
     elif plan.grid.scheme != "sequence-per-thread":
         raise ValueError(f"unknown grid {plan.grid.scheme!r} for a sequential plan")
     _check_lookback(plan)
+    _check_lane_sum(plan)
     if plan.grid.direction not in ("forward", "reverse"):
         raise ValueError(f"unknown direction {plan.grid.direction!r}")
     return plan
@@ -231,6 +348,9 @@ def read_plan(module_op: Any) -> Plan:
     if block is None or grid is None:
         raise ValueError("no plan in the module (run scan-plan first)")
     thread, tile, look = one("thread"), one("warp_tile"), one("lookback")
+    store, lane_sum = one("store"), one("lane_sum")
+    if store is None:
+        raise ValueError("the plan has no scan.store (which outputs the kernels write)")
     sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"])
                    for a in map(scan.attrs, scan.ops(module_op, "sweep")))
     tree = block["tree"]
@@ -245,9 +365,37 @@ def read_plan(module_op: Any) -> Plan:
                 grid=Grid(grid["scheme"], grid["direction"], grid["tile"], grid["min_tiles"],
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
-                lookback=_lookback_from(look))
+                lookback=_lookback_from(look), stored=tuple(store["outputs"]),
+                lane_sum=_lane_sum_from(lane_sum))
     _check_lookback(plan)
+    _check_lane_sum(plan)
     return plan
+
+
+def _lane_sum_from(raw: Any) -> LaneSum | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError("a plan's lane_sum is a JSON object")
+    return LaneSum(tuple(str(r) for r in raw["readouts"]), str(raw["scheme"]))
+
+
+def _check_lane_sum(plan: Plan) -> None:
+    """A lane sum the lowering implements for the plan's strategy and grid, of readouts that
+    are stored."""
+    if not plan.stored or len(set(plan.stored)) != len(plan.stored):
+        raise ValueError(f"a plan stores one or more distinct outputs, not {list(plan.stored)}")
+    ls = plan.lane_sum
+    if ls is None:
+        return
+    want = ("lanes-in-block" if plan.tree not in TREES else
+            "readout-kernel" if plan.grid.scheme == "lookback" else "lane-loop")
+    if ls.scheme != want:
+        raise ValueError(f"a {plan.strategy} plan on the {plan.grid.scheme} grid sums the "
+                         f"lanes as {want!r}, not {ls.scheme!r}")
+    if not ls.readouts or not set(ls.readouts) <= set(plan.stored):
+        raise ValueError(f"scan.lane_sum sums {list(ls.readouts)}: readouts the plan stores "
+                         f"({list(plan.stored)})")
 
 
 def _lookback_from(raw: Any) -> Lookback | None:

@@ -30,6 +30,11 @@ ARG_DTYPES = ("float32", "int64")
 SIZE_NAMES = (*FRONTEND_SIZE_NAMES, TIME_CHUNK)
 #: most arguments of a kernel
 MAX_ARGS = 256
+#: how a kernel whose grid counts whole channels spreads them over its blocks (the kernel's
+#: ``channels``): ``threads``: a lane a thread, ``floor(threads / N)`` channels a block, so
+#: N may not exceed the block's threads; ``block``: one channel a block, its lanes one after
+#: another (a lane-summed readout is computed where all the lanes of a channel are)
+CHANNEL_RULES = ("threads", "block")
 #: a PTX file name: a plain name in the artifact directory, no path, no leading dot
 PTX_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\.ptx")
 
@@ -114,6 +119,13 @@ def size_values(args: Sequence[ArgInfo], C: int, N: int, L: int, machine: Machin
     return out
 
 
+def check_lanes(kernels: Sequence[KernelInfo], N: int) -> None:
+    """ValueError, saying what fits, when a kernel's grid cannot hold channels of N lanes."""
+    for k in kernels:
+        if k.channels is not None:
+            k.channels_per_block(N)
+
+
 def _resolve(value: int | str | None, sizes: Mapping[str, int] | None) -> int | None:
     if value is None or isinstance(value, int):
         return value
@@ -177,6 +189,8 @@ class KernelInfo:
     time_chunk: int | str | None = None  # grid_x *= ceil(L / time_chunk): one block per chunk
     launch_when_longer_than: int | str | None = None  # launched only when L > this
     launch_unless_longer_than: int | str | None = None  # launched only when L <= this
+    #: the grid counts whole channels (one of CHANNEL_RULES), not sequences
+    channels: str | None = None
 
     @property
     def threads(self) -> int:
@@ -192,11 +206,28 @@ class KernelInfo:
         at_most = _resolve(self.launch_unless_longer_than, sizes)
         return (longer is None or L > longer) and (at_most is None or L <= at_most)
 
+    def channels_per_block(self, N: int) -> int:
+        """Whole channels of N lanes a block of a kernel whose grid counts channels runs;
+        ValueError when N lanes do not fit its rule."""
+        if self.channels == "block":
+            return 1
+        if N > self.threads:
+            raise ValueError(
+                f"kernel {self.name} sums the N lanes of a channel in one block of "
+                f"{self.threads} threads, a lane a thread: N={N} lanes do not fit; compile with "
+                f"block_size >= {N}, a tree strategy (its blocks loop over the lanes), or "
+                "outputs='states' (no readout)")
+        return self.threads // max(1, N)
+
     def grid(self, C: int, N: int, L: int | None = None,
              sizes: Mapping[str, int] | None = None) -> tuple[int, int, int]:
-        """``grid_x = ceil(C * N / sequences_per_block)``, times ``ceil(L / time_chunk)`` for a
-        kernel that gives each time chunk its own block."""
-        blocks = max(1, -(-(C * N) // self.sequences_per_block))
+        """``grid_x = ceil(C * N / sequences_per_block)``, or ``ceil(C / channels a block)``
+        for a kernel whose grid counts channels, times ``ceil(L / time_chunk)`` for a kernel
+        that gives each time chunk its own block."""
+        if self.channels is not None:
+            blocks = max(1, -(-C // self.channels_per_block(N)))
+        else:
+            blocks = max(1, -(-(C * N) // self.sequences_per_block))
         if self.time_chunk is not None and L is not None:
             chunk = _resolve(self.time_chunk, sizes)
             assert chunk is not None
@@ -373,6 +404,10 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
                                 f"or {TIME_CHUNK!r}, got {_show(value)}")
         bounds[key] = value
     longer, at_most = bounds["launch_when_longer_than"], bounds["launch_unless_longer_than"]
+    channels = raw.get("channels")
+    if channels is not None and channels not in CHANNEL_RULES:
+        raise ArtifactError(f"{where}: channels must be one of {', '.join(CHANNEL_RULES)}, "
+                            f"got {_show(channels)}")
     per_call = [v for v in (time_chunk, longer, at_most, *(a.time_chunk for a in args))
                 if v == TIME_CHUNK]
     if per_call and not any(a.role == "size" and a.name == TIME_CHUNK for a in args):
@@ -381,7 +416,7 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
     return KernelInfo(name=name, ptx=ptx, block=(int(block[0]), int(block[1]), int(block[2])),
                       sequences_per_block=spb, shared_bytes=shared, args=args,
                       time_chunk=time_chunk, launch_when_longer_than=longer,
-                      launch_unless_longer_than=at_most)
+                      launch_unless_longer_than=at_most, channels=channels)
 
 
 #: most kernels a contract may list

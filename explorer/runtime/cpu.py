@@ -37,6 +37,7 @@ from explorer.runtime.contract import (
     ArgInfo,
     KernelInfo,
     Machine,
+    check_lanes,
     parse_kernels,
     size_values,
 )
@@ -105,7 +106,9 @@ def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, 
             time_chunk: int | None = None) -> dict[str, np.ndarray]:
     """Run the lowered host module's entry (which launches every kernel's grid in order) on
     the arrays; return the outputs by name."""
-    args = _contract(kernels)[0].args
+    typed = _contract(kernels)
+    args = typed[0].args
+    check_lanes(typed, N)
     engine, entry = _engine(final_module_text, entry, opt_level)
     sizes = size_values(args, C, N, L, machine, time_chunk)
     keep, packed, outputs = _pack(args, arrays_by_name, sizes)
@@ -121,6 +124,7 @@ def launch_cpu_kernels(final_module_text: str, kernels: Sequence[KernelInfo | Ma
     runtime would use (every kernel takes the full argument list; workspaces are shared)."""
     typed = _contract(kernels)
     args = typed[0].args
+    check_lanes(typed, N)
     sizes = size_values(args, C, N, L, machine, time_chunk)
     keep, packed, outputs = _pack(args, arrays_by_name, sizes)
     for k in typed:

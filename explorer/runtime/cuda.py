@@ -42,6 +42,7 @@ from explorer.runtime.artifact import (
     load_artifact,
     size_values,
 )
+from explorer.runtime.contract import check_lanes
 from explorer.runtime.cuda_device import (  # noqa: F401 - the device API is this module's too
     _cupy,
     _external_stream,
@@ -310,7 +311,11 @@ class CudaKernel:
         for state, info in self.h0_args.items():
             if self.h0_keyword[state] in arrays:
                 specs.append(ArgSpec(self.h0_keyword[state], False, info.lane))
-        resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()}, L)
+        _, N, _ = resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()}, L)
+        try:
+            check_lanes(self.artifact.kernels, N if self.vector else 1)
+        except ValueError as err:
+            raise RecurrenceError(str(err)) from None
         return specs
 
     def _bind(self, specs: list[ArgSpec], device_arrays: dict[str, Any], kind: str,

@@ -240,7 +240,14 @@ class RunPanel:
             start = time.perf_counter()
             result = compiled(**given)
             seconds = time.perf_counter() - start
-            rows = compare(result, expected, compiled.form.outputs)
+            # the outputs the compile stores (its outputs option), against their reference
+            stored = compiled.outputs
+            if not isinstance(expected, dict):
+                expected = {stored[0]: expected}
+            expected = {o: expected[o] for o in stored}
+            if not isinstance(result, dict):
+                result = {stored[0]: result}
+            rows = compare(result, expected, stored)
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
             self.check.value = ("<pre class='sw-check-error' style='color:#a00;"
                                 "white-space:pre-wrap'>"

@@ -17,9 +17,10 @@ What is built:
   generator does.
 - ``<preset>-<strategy>``: every preset recurrence (:data:`explorer.presets.PRESETS`) compiled
   with every strategy by :func:`explorer.compile`, when the compiler imports here (the trees
-  also with the smallest tiles, ``-small``, and with the look-back grid, ``-lookback``); and
-  ``compiled/<preset>-<strategy>.json``, the whole compiled record (``Compiled.dump``), which the
-  explorer widget loads on the GPU machine without MLIR.
+  also with the smallest tiles, ``-small``, and with the look-back grid, ``-lookback``; a
+  recurrence with readouts, which stores them alone by default, also with every output stored,
+  ``-all``); and ``compiled/<preset>-<strategy>.json``, the whole compiled record
+  (``Compiled.dump``), which the explorer widget loads on the GPU machine without MLIR.
 
 ``index.json`` lists what was built and what failed to compile (with the error), so the tests
 report compile failures instead of silently testing less.
@@ -131,8 +132,12 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
     # the trees' other grid scheme (the default is the chunked scan)
     variants += [(s, f"{suffix}-lookback", {**options, "grid": "lookback"})
                  for s, suffix, options in list(variants) if s != "sequential"]
+    # every output stored (the states beside the readouts), for the recurrences with readouts
+    stored = [(s, f"{suffix}-all", {**options, "outputs": "all"})
+              for s, suffix, options in variants]
     for preset, text in PRESETS.items():
-        for strategy, suffix, options in variants:
+        readouts = explorer.Recurrence.parse(text).readouts
+        for strategy, suffix, options in variants + (stored if readouts else []):
             name = (f"{re.sub(r'[^a-z0-9]+', '-', preset.lower()).strip('-')}-{strategy}"
                     f"{suffix}")
             try:
@@ -141,7 +146,8 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
                 # the whole compiled record too: the explorer widget runs it on the GPU machine
                 compiled.dump(out / "compiled" / f"{name}.json.gz")
                 built[name] = {"recurrence": text, "strategy": strategy,
-                               "vector": bool(compiled.form.vector), "source": "explorer"}
+                               "vector": bool(compiled.form.vector), "source": "explorer",
+                               "outputs": list(compiled.outputs)}
             except Exception as err:
                 failed[name] = f"{type(err).__name__}: {err}"
                 traceback.print_exc()

@@ -167,18 +167,60 @@ def test_sequential_vector_stages_channel_inputs_once() -> None:
     assert lay.out_buffer == (1,) and lay.buffers == 3
 
 
-def test_mamba_ir_has_readout_kernel() -> None:
+def test_mamba_ir_sums_the_lanes_in_the_chunked_scan() -> None:
+    """The chunked grid: the scan kernel's blocks each take a chunk of a whole channel (the
+    grid counts channels) and loop over its lanes; no readout kernel, no h by default."""
     built = build_module(form_of(MAMBA), validate("blelloch", "cuda", block_size=256))
     assert [k.name for k in built.kernels] == ["scanweaver_blelloch_reduce",
                                                "scanweaver_blelloch_carry",
-                                               "scanweaver_blelloch", "scanweaver_readout"]
-    assert [k.sequences_per_block for k in built.kernels] == [1, 1, 1, 1]
+                                               "scanweaver_blelloch"]
+    assert [k.channels for k in built.kernels] == [None, None, "block"]
     assert "math.exp" in built.text
-    check_order(built.text, "gpu.func @scanweaver_readout(", "scf.for", "scf.for", "arith.mulf")
-    assert built.kernels[-1].time_chunk == 16 * 256
     lane = {a["name"]: a["lane"] for a in built.args if a["role"] not in ("size", "workspace")}
     assert lane == {"dt": False, "B": True, "x": False, "C": True, "A": True, "D": False,
-                    "h0": True, "h": True, "y": False}
+                    "h0": True, "y": False}
+    every = build_module(form_of(MAMBA), validate("blelloch", "cuda", block_size=256,
+                                                  outputs="all"))
+    assert [a["name"] for a in every.args if a["role"] == "output"] == ["h", "y"]
+
+
+def test_mamba_ir_has_readout_kernel_on_the_lookback_grid() -> None:
+    """The look-back grid keeps the readout kernel, which reads the states back: from a
+    workspace of (C, N, L) floats when the states are not asked for."""
+    built = build_module(form_of(MAMBA), validate("blelloch", "cuda", block_size=256,
+                                                  grid="lookback"))
+    assert [k.name for k in built.kernels] == ["scanweaver_blelloch",
+                                               "scanweaver_blelloch_lookback",
+                                               "scanweaver_readout"]
+    assert [k.sequences_per_block for k in built.kernels] == [1, 1, 1]
+    check_order(built.text, "gpu.func @scanweaver_readout(", "scf.for", "scf.for", "arith.mulf")
+    assert built.kernels[-1].time_chunk == 16 * 256
+    roles = {a["name"]: a["role"] for a in built.args if a["role"] != "size"}
+    assert roles["h"] == "workspace" and roles["y"] == "output"
+    h = next(a for a in built.args if a["name"] == "h")
+    assert (h["per_chunk"], h["time_chunk"]) == (1, 1)      # C * N * L floats
+    every = build_module(form_of(MAMBA), validate("blelloch", "cuda", block_size=256,
+                                                  grid="lookback", outputs="all"))
+    assert {a["name"]: a["role"] for a in every.args}["h"] == "output"
+
+
+def test_sequential_lanes_in_block() -> None:
+    """The sequential plan sums a channel's lanes in its block: the grid counts channels,
+    the lane terms go through the warp tiles and a barrier, and h is not an argument."""
+    built = build_module(form_of(MAMBA), validate("sequential", "cuda"))
+    (k,) = built.kernels
+    assert k.channels == "threads" and k.manifest()["channels"] == "threads"
+    assert [a["name"] for a in built.args if a["role"] == "output"] == ["y"]
+    check_order(built.text, "gpu.func @scanweaver_sequential(", "nvvm.bar.warp.sync",
+                "math.exp", "gpu.barrier", "scf.for", "arith.addf", "gpu.barrier")
+    from explorer.codegen.lower_sequential import seq_layout
+    from explorer.passes.plan import choose_plan
+
+    plan = choose_plan(form_of(MAMBA), validate("sequential", "cuda"))
+    lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda"), plan.stored,
+                     plan.lane_sum)
+    assert lay.inputs == ("dt", "B", "x", "C") and lay.private == (False, True, False, True)
+    assert lay.out_buffer == (1,)       # the lane term C * h written over B, in place
 
 
 def test_cpu_ir_is_host_code() -> None:
@@ -253,11 +295,12 @@ def test_cuda_pipeline_records_every_pass_and_writes_nothing_to_fd2() -> None:
     assert '#nvvm.target<O = 3, chip = "sm_90", features = "+ptx78"' in nvvm
     assert "gpu.binary @scanweaver_kernels" in lowered.final_module
     # kernel LLVM IR and PTX
-    check_order(lowered.llvm_ir, "define ptx_kernel void @scanweaver_blelloch(",
-                "define ptx_kernel void @scanweaver_readout(")
+    check_order(lowered.llvm_ir, "define ptx_kernel void @scanweaver_blelloch_reduce(",
+                "define ptx_kernel void @scanweaver_blelloch_carry(",
+                "define ptx_kernel void @scanweaver_blelloch(")
     assert lowered.ptx is not None
     check_order(lowered.ptx, ".version 7.8", ".target sm_90", ".entry scanweaver_blelloch",
-                "bar.sync", ".entry scanweaver_readout")
+                "bar.sync")
     assert ".extern .func" not in lowered.ptx    # math functions linked
 
 
@@ -292,10 +335,12 @@ def test_ptxas_accepts(text: str, strategy: str) -> None:
     assert info["spills_stores"] == 0 and info["spills_loads"] == 0
     if strategy == "blelloch":
         width = 2 if text != COMPANION else 6     # companion: 4 matrix entries + 2 of b
-        staged = {SCALAR: 2, MAMBA: 3, COMPANION: 3}[text]
+        # Mamba: dt, B, x and C staged (C for the lane sum), a row of the tile for its terms
+        staged = {SCALAR: 2, MAMBA: 4, COMPANION: 3}[text]
+        terms = 1 if text == MAMBA else 0
         tile = o.tile + o.tile // 32                # one padding slot per 32
         # the buffers in order, each starting 16-byte aligned (the last one unpadded)
-        sizes = [tile * 4] * staged + [(128 + 4 + 1) * 4] * width
+        sizes = ([tile * 4] * staged + [(128 + 4 + 1) * 4] * width + [tile * 4] * terms)
         assert info["shared_bytes"] == sum(-(-b // 16) * 16 for b in sizes[:-1]) + sizes[-1]
     report = ptxas_report(lowered.ptx, o.chip)
     assert report is not None and len(report) >= 1

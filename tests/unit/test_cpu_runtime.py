@@ -41,28 +41,32 @@ SMALL_TILES: dict[str, int] = {"block_size": 32, "ept": 2, "chunk_tiles": 1}
 
 @cache
 def built_for(text: str, strategy: str, block_size: int = 64, ept: int = 4,
-              chunk_tiles: int = 16) -> tuple[str, tuple[ArgInfo, ...], tuple[KernelInfo, ...]]:
+              chunk_tiles: int = 16, outputs: str = "all", grid: str = "chunked"
+              ) -> tuple[str, tuple[ArgInfo, ...], tuple[KernelInfo, ...]]:
+    """The host module and contract of a compile; every output stored unless ``outputs``
+    says otherwise (the tests here check the states)."""
     o = validate(strategy, "cpu", block_size=block_size, elements_per_thread=ept,
-                 chunk_tiles=chunk_tiles)
+                 chunk_tiles=chunk_tiles, outputs=outputs, grid=grid)
     built = build_module(decompose(Recurrence.parse(text)), o)
     kernels = parse_kernels([dict(k.manifest(), args=built.args) for k in built.kernels])
     return lower(built, o).final_module, kernels[0].args, kernels
 
 
 def compiled(text: str, strategy: str, block_size: int = 64, ept: int = 4,
-             chunk_tiles: int = 16) -> tuple[str, tuple[KernelInfo, ...]]:
-    module, _, kernels = built_for(text, strategy, block_size, ept, chunk_tiles)
+             chunk_tiles: int = 16, outputs: str = "all", grid: str = "chunked"
+             ) -> tuple[str, tuple[KernelInfo, ...]]:
+    module, _, kernels = built_for(text, strategy, block_size, ept, chunk_tiles, outputs, grid)
     return module, kernels
 
 
 def run(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int, L: int,
-        **kw: int) -> dict[str, np.ndarray]:
+        **kw: Any) -> dict[str, np.ndarray]:
     module, kernels = compiled(text, strategy, **kw)
     return run_cpu(module, kernels, arrays, C, N, L)
 
 
 def launched(text: str, strategy: str, arrays: dict[str, np.ndarray], C: int, N: int, L: int,
-             *, machine: Machine = CPU_MACHINE, **kw: int) -> dict[str, np.ndarray]:
+             *, machine: Machine = CPU_MACHINE, **kw: Any) -> dict[str, np.ndarray]:
     """The kernels launched one by one from the manifest (the reference launcher)."""
     module, _, kernels = built_for(text, strategy, **kw)
     return launch_cpu_kernels(module, kernels, arrays, C, N, L, machine=machine)

@@ -91,7 +91,7 @@ def test_names_like_the_sizes_and_the_call_arguments_are_usable():
     arrays = dict(rec=rng.uniform(0.5, 1, (2, 12)), C=rng.normal(size=(2, 3, 12)),
                   N=rng.normal(size=(2, 12)), self=rng.normal(size=(2,)))
     arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
-    c = ex.compile(text, target="cpu", strategy="sequential")
+    c = ex.compile(text, target="cpu", strategy="sequential", outputs="all")
     got, want = c(**arrays), ex.reference(text, **arrays)
     for k in ("h", "y"):
         np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=2e-5)

@@ -1,0 +1,164 @@
+"""GPU tests of the readouts summed over the lanes inside the scan kernels (the plan's
+``scan.lane_sum``) and of the outputs a compile stores (``scan.store``): the selective scan
+presets at several lane counts (not a power of two, a warp, more than a warp), ``y`` alone (the
+default) and with ``h`` (the ``-all`` artifacts), on every plan; long chunked sequences; a
+Mamba-sized call (8 x 1536 channels, N = 16, L = 2048) checked on sampled channels against the
+float64 reference.
+
+Needs CuPy and a CUDA device (skipped otherwise) and the artifacts of
+``python tests/gpu/build_artifacts.py`` (built on the fly where MLIR is importable).
+Tolerances as in ``test_cuda_runtime``: 1e-4 on states, 5e-4 on a readout summed over lanes
+(``max|out - ref| / max|ref|``, the reference in float64).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+
+from explorer.errors import RecurrenceError  # noqa: E402
+from explorer.runtime.cuda import CudaKernel, gpu_available  # noqa: E402
+
+if not gpu_available():
+    pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
+
+from explorer.bench.affine import max_rel_error  # noqa: E402
+from explorer.bench.generated import sample_channels  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ART = HERE / "artifacts"
+if not (ART / "index.json").exists() and importlib.util.find_spec("mlir") is not None:
+    import build_artifacts  # type: ignore[import-not-found]
+
+    build_artifacts.main(["-o", str(ART)])
+if not (ART / "index.json").exists():
+    pytest.skip("no artifacts: run `python tests/gpu/build_artifacts.py` where MLIR is installed",
+                allow_module_level=True)
+
+ARTIFACTS: dict[str, dict[str, Any]] = json.loads((ART / "index.json").read_text())["artifacts"]
+TOL = 1e-4
+TOL_READOUT = 5e-4
+#: the compiled vector recurrences with readouts (the hand-written ABI kernel aside)
+LANE_SUMS = sorted(n for n, i in ARTIFACTS.items()
+                   if i["vector"] and i.get("source") == "explorer")
+SEQUENTIAL = [n for n in LANE_SUMS if ARTIFACTS[n]["strategy"] == "sequential"]
+CHUNKED = [n for n in LANE_SUMS if ARTIFACTS[n]["strategy"] != "sequential"
+           and "-lookback" not in n]
+
+
+def _kernel(name: str) -> CudaKernel:
+    return CudaKernel.from_artifact(ART / name, poison=True)
+
+
+def _reference(text: str, **arrays: Any) -> dict[str, Any]:
+    import explorer
+
+    try:
+        out = explorer.reference(text, **arrays)
+    except ImportError as err:  # the float64 reference needs sympy
+        pytest.skip(f"explorer.reference is unavailable here: {err}")
+    assert isinstance(out, dict)
+    return out
+
+
+def _inputs(kernel: CudaKernel, C: int, L: int, N: int, seed: int, xp: Any = np
+            ) -> dict[str, Any]:
+    """Decays in (0, 1) (dt > 0, A < 0), the rest uniform in [-1, 1], float32."""
+    rng = xp.random.default_rng(seed) if xp is np else None
+    out: dict[str, Any] = {}
+    for i, s in enumerate(kernel.specs):
+        shape = (C,) + ((N,) if s.lane else ()) + ((L,) if s.timed else ())
+        lo, hi = {"dt": (0.01, 0.2), "A": (-2.0, -0.5)}.get(s.name, (-1.0, 1.0))
+        if xp is np:
+            out[s.name] = rng.uniform(lo, hi, shape).astype(np.float32)
+        else:
+            xp.random.seed(seed + i)
+            out[s.name] = xp.random.uniform(lo, hi, shape, dtype=xp.float32)
+    return out
+
+
+def _outputs(kernel: CudaKernel, got: Any) -> dict[str, Any]:
+    return got if isinstance(got, dict) else {kernel.output_names[0]: got}
+
+
+def _check(name: str, kernel: CudaKernel, got: Any, want: dict[str, Any]) -> None:
+    outs = _outputs(kernel, got)
+    assert tuple(outs) == tuple(ARTIFACTS[name]["outputs"]) == kernel.output_names
+    for o, v in outs.items():
+        err = max_rel_error(cp.asnumpy(v) if isinstance(v, cp.ndarray) else v, want[o])
+        tol = TOL if kernel.output_lane[o] else TOL_READOUT
+        assert err <= tol, f"{name} {o}: max rel err {err:.2e}"
+
+
+@pytest.mark.parametrize("N", [3, 16, 32, 40])
+@pytest.mark.parametrize("name", LANE_SUMS)
+def test_lane_counts(name: str, N: int) -> None:
+    """N not a power of two (channels across warps), a warp, more than a warp (a channel over
+    two warps of the block; the tree plans loop over any N)."""
+    kernel = _kernel(name)
+    C, L = 5, 300
+    arrays = _inputs(kernel, C, L, N, seed=N * 7 + C)
+    _check(name, kernel, kernel(**arrays), _reference(ARTIFACTS[name]["recurrence"], **arrays))
+
+
+@pytest.mark.parametrize("name", SEQUENTIAL)
+def test_more_lanes_than_a_block_are_refused(name: str) -> None:
+    """The sequential plan keeps a channel's lanes in one block of 128 threads: N = 129 is
+    refused before any launch, with what fits."""
+    kernel = _kernel(name)
+    arrays = _inputs(kernel, 2, 10, 129, seed=1)
+    with pytest.raises(RecurrenceError, match="do not fit"):
+        kernel(**arrays)
+
+
+@pytest.mark.parametrize(("C", "N", "L"), [(1, 16, 2**16), (3, 5, 40_000)])
+@pytest.mark.parametrize("name", CHUNKED)
+def test_lane_loop_across_chunks(name: str, C: int, N: int, L: int) -> None:
+    """Few channels, long sequences: the chunked grid (reduce and carry per lane, the scan
+    kernel a chunk of a channel a block, its lanes in turn); the device's chunk length and
+    forced ones of one and three tiles."""
+    kernel = _kernel(name)
+    arrays = _inputs(kernel, C, L, N, seed=L + N)
+    want = _reference(ARTIFACTS[name]["recurrence"], **arrays)
+    rule = kernel.artifact.kernels[0].args[-1].chunk_rule
+    assert rule is not None
+    for forced in (None, rule.tile, 3 * rule.tile):
+        run = kernel.prepare(time_chunk=forced, **arrays)
+        run.launch()
+        _check(name, kernel, run.result(), want)
+
+
+@pytest.mark.parametrize("name", [n for n in SEQUENTIAL + CHUNKED if not n.endswith("-all")])
+def test_mamba_size_on_sampled_channels(name: str) -> None:
+    """8 x 1536 channels, N = 16, L = 2048 (B and C per channel: 1.6 GB each), y alone; the
+    float64 reference on 24 channels spread over the batch, first and last among them."""
+    kernel = _kernel(name)
+    C, N, L = 8 * 1536, 16, 2048
+    arrays = _inputs(kernel, C, L, N, seed=5, xp=cp)
+    y = kernel(**arrays)
+    assert isinstance(y, cp.ndarray) and y.shape == (C, L) and kernel.output_names == ("y",)
+    channels = sample_channels(C, 24)
+    picked = cp.asarray(channels)
+    sample = {k: cp.asnumpy(v[picked]) for k, v in arrays.items()}
+    want = _reference(ARTIFACTS[name]["recurrence"], **sample)["y"]
+    err = max_rel_error(cp.asnumpy(y[picked]), want)
+    assert err <= TOL_READOUT, f"{name}: max rel err {err:.2e} on channels {channels}"
+    del arrays, y
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+@pytest.mark.parametrize("name", [n for n in LANE_SUMS if n.endswith("-all")])
+def test_storing_the_states_leaves_the_readout_unchanged(name: str) -> None:
+    """The same plan with and without h stored gives the same y (the same arithmetic)."""
+    every, alone = _kernel(name), _kernel(name[:-len("-all")])
+    arrays = _inputs(every, 6, 500, 16, seed=3)
+    both = every(**arrays)
+    assert set(both) == {"h", "y"}
+    np.testing.assert_allclose(alone(**arrays), both["y"], rtol=1e-5, atol=1e-6)

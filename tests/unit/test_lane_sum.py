@@ -1,0 +1,230 @@
+"""Readouts summed over the lanes of a vector state, inside the scan kernels (the plan's
+``scan.lane_sum``), and the outputs a compile stores (``scan.store``, the ``outputs`` option):
+run on the host (ExecutionEngine) against the float64 reference, kernel by kernel through the
+manifest as the GPU runtime launches them.
+
+Tolerance: the readouts sum N lanes in float32, each a scan of decays in (0, 1): the error of
+a lane's state is near 1e-6 of its scale, the sum's a few times that; a wrong lane, step,
+channel or carry is off by the size of the values. ``1e-4`` of the largest reference value of
+the row separates the two (as in ``test_cpu_runtime``).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
+
+import explorer as ex  # noqa: E402
+from explorer.codegen import build_module, lower, validate  # noqa: E402
+from explorer.errors import OptionError  # noqa: E402
+from explorer.frontend import Recurrence  # noqa: E402
+from explorer.passes.affine import decompose  # noqa: E402
+from explorer.passes.plan import choose_plan  # noqa: E402
+from explorer.runtime.contract import KernelInfo, Machine, parse_kernels  # noqa: E402
+from explorer.runtime.cpu import launch_cpu_kernels, run_cpu  # noqa: E402
+
+SELECTIVE = ex.PRESETS["selective scan"]
+MAMBA = ex.PRESETS["Mamba selective scan"]
+#: no skip term: the readout is the sum alone
+PLAIN_SUM = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + B[t, n] * x[t]\n"
+             "y[t] = sum(C[t, n] * h[t, n])")
+#: two readouts, two sums in one of them, a lane parameter and a channel parameter inside sums
+TWO_READOUTS = ("h[t, n] = a[t, n] * h[t-1, n] + x[t]\n"
+                "y[t] = sum(C[t, n] * h[t, n]) * z[t] + 0.5 * sum(w * h[t, n])\n"
+                "u[t] = sum(E[n] * h[t, n]) + x[t]")
+RTOL = 1e-4
+#: tiles of 32 x 2 steps, chunks as short as one tile
+SMALL: dict[str, Any] = {"block_size": 32, "elements_per_thread": 2, "chunk_tiles": 1}
+#: a machine of 256 block slots: a few channels are cut into chunks of one tile
+BIG = Machine(sms=64, blocks_per_sm=4)
+
+
+@cache
+def built(text: str, strategy: str, outputs: str = "readouts", grid: str = "chunked",
+          block_size: int = 32, reverse: bool = False
+          ) -> tuple[str, tuple[KernelInfo, ...], Any]:
+    o = validate(strategy, "cpu", **{**SMALL, "block_size": block_size}, outputs=outputs,
+                 grid=grid, reverse=reverse)
+    form = decompose(Recurrence.parse(text))
+    b = build_module(form, o)
+    kernels = parse_kernels([dict(k.manifest(), args=b.args) for k in b.kernels])
+    return lower(b, o).final_module, kernels, choose_plan(form, o)
+
+
+def inputs(text: str, C: int, N: int, L: int, seed: int) -> dict[str, np.ndarray]:
+    """Random float32 arrays for every input and parameter of ``text``: decays in (0, 1)."""
+    rec = Recurrence.parse(text)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in (*rec.inputs, *rec.params):
+        shape = ((C, N) if name in rec.lane_names else (C,)) + (
+            (L,) if name in rec.inputs else ())
+        if name == "dt":
+            v = rng.uniform(0.01, 0.2, shape)
+        elif name == "A":
+            v = -rng.uniform(0.1, 2.0, shape)
+        elif name == "a":
+            v = rng.uniform(0.5, 1.0, shape)
+        else:
+            v = rng.uniform(-1.0, 1.0, shape)
+        out[name] = v.astype(np.float32)
+    out |= {f"{s}0": rng.uniform(-1, 1, (C, N)).astype(np.float32) for s in rec.states}
+    return out
+
+
+def close(out: np.ndarray, ref: np.ndarray) -> None:
+    scale = np.max(np.abs(ref), axis=-1, keepdims=True)
+    err = np.abs(out.astype(np.float64) - ref)
+    bad = err > RTOL * (np.abs(ref) + scale)
+    assert not bad.any(), f"{bad.sum()} of {bad.size} off; worst error {err.max():.3g}"
+
+
+def check(text: str, strategy: str, C: int, N: int, L: int, outputs: str = "readouts",
+          grid: str = "chunked", machine: Machine = BIG, time_chunk: int | None = None,
+          block_size: int = 32, reverse: bool = False) -> dict[str, np.ndarray]:
+    module, kernels, _ = built(text, strategy, outputs, grid, block_size, reverse)
+    arrays = inputs(text, C, N, L, seed=C * 1000 + N * 10 + L)
+    out = launch_cpu_kernels(module, kernels, arrays, C, N, L, machine=machine,
+                             time_chunk=time_chunk)
+    rec = Recurrence.parse(text)
+    given = {k: (np.ascontiguousarray(v[..., ::-1]) if reverse and k in rec.inputs else v)
+             for k, v in arrays.items()}
+    want = ex.reference(text, **given)
+    want = want if isinstance(want, dict) else {(rec.states + rec.readouts)[0]: want}
+    if reverse:
+        want = {k: v[..., ::-1] for k, v in want.items()}
+    expected = {"readouts": rec.readouts or rec.states, "all": rec.states + rec.readouts,
+                "states": rec.states}[outputs]
+    assert set(out) == set(expected), (set(out), expected)
+    for name in expected:
+        close(out[name], want[name])
+    return out
+
+
+# -- the selective scan: every plan, y alone or with h -----------------------------------------
+PLANS = [("sequential", "chunked"), ("blelloch", "chunked"), ("kogge_stone", "chunked"),
+         ("blelloch", "lookback")]
+
+
+@pytest.mark.parametrize("outputs", ["readouts", "all"])
+@pytest.mark.parametrize(("strategy", "grid"), PLANS)
+@pytest.mark.parametrize(("C", "N", "L"), [(3, 16, 200), (5, 3, 301), (2, 32, 65), (7, 1, 9)])
+def test_selective_scan(strategy: str, grid: str, C: int, N: int, L: int,
+                        outputs: str) -> None:
+    """N a power of two up to a warp, N = 3 (channels cross warps), one lane; chunks of one
+    tile on the tree plans (BIG cuts a few channels into chunks)."""
+    check(SELECTIVE, strategy, C, N, L, outputs, grid)
+
+
+@pytest.mark.parametrize(("strategy", "grid"), PLANS)
+@pytest.mark.parametrize("time_chunk", [64, 128, None])
+def test_chunk_boundaries(strategy: str, grid: str, time_chunk: int | None) -> None:
+    """Forced chunk lengths: the lane loop's carries across chunks and tiles, the look-back's
+    tiles (at most one tile a block on that grid)."""
+    if grid == "lookback" and time_chunk == 128:
+        pytest.skip("the look-back kernel takes one tile a block")
+    if strategy == "sequential" and time_chunk is not None:
+        pytest.skip("the sequential kernel takes no chunk length")
+    check(SELECTIVE, strategy, 2, 5, 1000, "readouts", grid, time_chunk=time_chunk)
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
+def test_mamba_preset_gate_and_skip(strategy: str) -> None:
+    """softplus(dt + dt_bias), the D skip and the z gate outside the sum."""
+    check(MAMBA, strategy, 4, 16, 150)
+    check(MAMBA, strategy, 3, 6, 77, outputs="all")
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch", "kogge_stone"])
+@pytest.mark.parametrize("text", [PLAIN_SUM, TWO_READOUTS], ids=["plain", "two"])
+@pytest.mark.parametrize(("N", "L"), [(8, 130), (5, 67), (12, 40)])
+def test_other_lane_sums(text: str, strategy: str, N: int, L: int) -> None:
+    """A sum with no term outside it; two readouts, one with two sums (a lane parameter and a
+    channel parameter inside them, a timed input outside): every readout stored, no state."""
+    out = check(text, strategy, 3, N, L)
+    assert "h" not in out
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
+def test_reverse_scan_with_a_lane_sum(strategy: str) -> None:
+    check(SELECTIVE, strategy, 3, 4, 150, reverse=True)
+    check(SELECTIVE, strategy, 3, 4, 150, outputs="all", reverse=True)
+
+
+def test_block_of_lanes_wider_than_a_warp() -> None:
+    """Sequential, 64 threads a block: N = 40 lanes fill one channel a block (across two
+    warps), N = 20 three channels; the tree plans loop over any number of lanes."""
+    check(SELECTIVE, "sequential", 3, 40, 70, block_size=64)
+    check(SELECTIVE, "sequential", 5, 20, 70, "all", block_size=64)
+    check(SELECTIVE, "blelloch", 2, 40, 70)
+
+
+def test_too_many_lanes_for_a_block_is_refused() -> None:
+    """The sequential plan holds a channel's lanes in one block: more lanes than threads is
+    an error that says what fits, never a wrong answer."""
+    module, kernels, _ = built(SELECTIVE, "sequential")
+    arrays = inputs(SELECTIVE, 2, 40, 10, seed=1)
+    for run in (run_cpu, launch_cpu_kernels):
+        with pytest.raises(ValueError, match=r"N=40 lanes do not fit.*block_size >= 40"):
+            run(module, kernels, arrays, 2, 40, 10)
+
+
+# -- what is stored ----------------------------------------------------------------------------
+def test_outputs_choose_what_is_written() -> None:
+    """Default: y alone, h is no argument; 'all': both; 'states': h and no readout computed;
+    a list of names; a name that is not an output is refused."""
+    def written(**options: Any) -> list[str]:
+        o = validate("sequential", "cpu", **options)
+        b = build_module(decompose(Recurrence.parse(SELECTIVE)), o)
+        return [a["name"] for a in b.args if a["role"] == "output"]
+    assert written() == ["y"]
+    assert written(outputs="all") == ["h", "y"]
+    assert written(outputs="states") == ["h"]
+    assert written(outputs=["y", "h"]) == ["h", "y"]
+    assert written(outputs="h") == ["h"]
+    with pytest.raises(OptionError, match="not an output"):
+        written(outputs=["z"])
+    with pytest.raises(OptionError, match="outputs must be"):
+        validate("sequential", "cpu", outputs=3)
+    # a recurrence without readouts stores its states
+    o = validate("blelloch", "cpu")
+    b = build_module(decompose(Recurrence.parse("h[t] = a[t] * h[t-1] + b[t]")), o)
+    assert [a["name"] for a in b.args if a["role"] == "output"] == ["h"]
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
+def test_scalar_readout_without_its_state(strategy: str) -> None:
+    """A readout of a scalar state is computed beside it: the state is not written."""
+    text = ("h[t] = sigmoid(z[t]) * h[t-1] + softplus(x[t])\n"
+            "y[t] = w * tanh(h[t] / 8) + sqrt(abs(x[t]))")
+    module, kernels, plan = built(text, strategy)
+    assert plan.stored == ("y",) and plan.lane_sum is None
+    rng = np.random.default_rng(5)
+    C, L = 3, 200
+    arrays = {"z": rng.uniform(-3, 3, (C, L)), "x": rng.uniform(-3, 3, (C, L)),
+              "w": rng.uniform(-1, 1, (C,))}
+    arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
+    out = run_cpu(module, kernels, arrays, C, 1, L)
+    assert set(out) == {"y"}
+    close(out["y"], ex.reference(text, **arrays)["y"])
+
+
+def test_plan_records_the_choice() -> None:
+    """scan.store and scan.lane_sum in the plan, read back as the plan."""
+    for (strategy, grid), scheme in zip(PLANS, ["lanes-in-block", "lane-loop", "lane-loop",
+                                                "readout-kernel"], strict=True):
+        _, kernels, plan = built(SELECTIVE, strategy, "readouts", grid)
+        assert plan.stored == ("y",)
+        assert plan.lane_sum is not None and plan.lane_sum.scheme == scheme
+        assert plan.lane_sum.readouts == ("y",)
+        channels = {"lanes-in-block": "threads", "lane-loop": "block",
+                    "readout-kernel": None}[scheme]
+        scan = next(k for k in kernels if k.name == f"scanweaver_{strategy}")
+        assert scan.channels == channels
+    _, _, plan = built(SELECTIVE, "sequential", "states")
+    assert plan.stored == ("h",) and plan.lane_sum is None
