@@ -423,7 +423,7 @@ def test_the_grid_box_compiles_the_lookback_plan() -> None:
     assert any(k["name"].endswith("_lookback") for k in c.kernels)
     widget.show_tab("Scan tree")
     info = _visible_text(widget.tree_view.info.value)
-    assert "tiles of 64 steps" in info and "256 a round trip" in html.unescape(info)
+    assert "tiles of 64 steps" in info and "32 a round trip" in html.unescape(info)
     assert '"scan.lookback"' in html.unescape(_visible_text(widget.tree_view.ops.value))
     widget.run.length.value = 700
     widget.run.channels.value = 2
