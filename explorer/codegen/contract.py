@@ -140,6 +140,13 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     for name in ("C", "N", "L"):
         out.append({"name": name, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64"})
+    if form.vector:
+        # an input with the lane axis may come with a row per block of channels (Mamba's B
+        # and C, one per batch row): channel c reads its row c // divisor
+        for name in form.inputs:
+            if name in lanes:
+                out.append({"name": name, "role": "rowmap", "timed": False, "lane": False,
+                            "dtype": "int64"})
     if lane_sum is not None and not lane_sum.fused:
         # the readout kernel reads the states back: those not stored go through a workspace
         # of (C, N, L) floats (one float per (sequence, chunk of one step))

@@ -28,6 +28,7 @@ from explorer.codegen.emit import (
     is_lane_sum,
     mul_i,
 )
+from explorer.codegen.hoist import PREFIX as CHANNEL_VALUE
 from explorer.codegen.options import Options
 from explorer.codegen.threads import for_loop
 from explorer.errors import CompileError
@@ -175,6 +176,9 @@ class Gen:
         self.C, self.N, self.L = C, N, L
         #: the per-call chunk length (Blelloch), set when the arguments are bound
         self.Tc: Value | None = None
+        #: the inputs that may come with a row per block of channels, and the channels that
+        #: share a row (arguments of the call), set when the arguments are bound
+        self.row_div: dict[str, Value] = {}
         self.lanes = set(form.recurrence.lane_names)
         self.timed = set(form.inputs)
         self.states = tuple(form.recurrence.states)
@@ -201,13 +205,21 @@ class Gen:
         self.scan_outputs = list(self.io.outputs)
 
     # -- sequence setup ---------------------------------------------------------------------
+    def lane_row(self, name: str, c: Value, n: Value) -> Value:
+        """The row of lane n of channel c in the input ``name`` (with the lane axis): one row
+        per (channel, lane), or per (block of channels, lane) when its rows are shared."""
+        div = self.row_div.get(name)
+        return add_i(mul_i(c if div is None else arith.divui(c, div), self.N), n)
+
     def seq(self, c: Value, n: Value, names: set[str]) -> Seq:
         lane_row = add_i(mul_i(c, self.N), n)
         timed_base: dict[str, Value] = {}
         params: dict[str, Value] = {}
         for name in sorted(names):
             if name in self.timed:
-                timed_base[name] = mul_i(lane_row if name in self.lanes else c, self.L)
+                row = (self.lane_row(name, c, n) if name in self.row_div else
+                       lane_row if name in self.lanes else c)
+                timed_base[name] = mul_i(row, self.L)
             elif name in self.arrays:
                 at = lane_row if name in self.lanes else c
                 with self.loc(name):
@@ -256,11 +268,18 @@ class Gen:
         return ([Stream(self.arrays[s], seq.state_base, last) for s in self.io.states]
                 + [Stream(self.arrays[r], seq.readout_base, last) for r in self.scan_readouts])
 
-    def leaf_from(self, seq: Seq, timed: Callable[[str], Value]) -> Element:
-        """Element (A_t, b_t); ``timed(name)`` gives the value of a timed input at t."""
+    def staged(self, name: str) -> bool:
+        """Read at each position (a timed input, or a channel value): not a parameter."""
+        return name in self.timed or name.startswith(CHANNEL_VALUE)
+
+    def leaf_from(self, seq: Seq, timed: Callable[[str], Value], A: Any = None,
+                  b: Any = None) -> Element:
+        """Element (A_t, b_t); ``timed(name)`` gives the value of a timed input (or a channel
+        value) at t. ``A`` and ``b``: the coefficients as computed (by default the form's)."""
         def lookup(s: sympy.Symbol) -> Value:
-            return timed(s.name) if s.name in self.timed else seq.params[s.name]
-        return self.alg.leaf(self.form.A, self.form.b, ExprEmitter(lookup))
+            return timed(s.name) if self.staged(s.name) else seq.params[s.name]
+        return self.alg.leaf(self.form.A if A is None else A, self.form.b if b is None else b,
+                             ExprEmitter(lookup))
 
     def outputs_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
                    ) -> list[Value]:
@@ -275,17 +294,17 @@ class Gen:
                 out.append(ExprEmitter(lookup)(expr))
         return out
 
-    def lane_terms_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
-                      ) -> list[Value]:
-        """This lane's term of each sum over n (:attr:`ScanIO.lane_terms`) at one position,
-        from its state there."""
+    def lane_terms_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value],
+                      terms: Sequence[sympy.Expr] = ()) -> list[Value]:
+        """This lane's term of each sum over n (:attr:`ScanIO.lane_terms`, or ``terms``, the
+        same computed otherwise) at one position, from its state there."""
         def lookup(sym: sympy.Symbol) -> Value:
             if sym in self.state_index:
                 return h[self.state_index[sym]]
-            return timed(sym.name) if sym.name in self.timed else seq.params[sym.name]
+            return timed(sym.name) if self.staged(sym.name) else seq.params[sym.name]
         emit = ExprEmitter(lookup)
         with self.statement_locs.get(self.io.lane_readouts[0]) or nullcontext():
-            return [emit(arg) for arg in self.io.lane_terms]
+            return [emit(arg) for arg in (terms or self.io.lane_terms)]
 
     def channel_params(self, c: Value) -> dict[str, Value]:
         """The parameters the lane-summed readouts read outside their sums, of channel c."""

@@ -16,9 +16,11 @@ in :mod:`~explorer.codegen.contract`.
 
 Data layout (the kernel ABI): every array is a flat, contiguous float32 buffer; inputs are
 ``(C, L)`` / ``(C, N, L)``, parameters ``(C,)`` / ``(C, N)``, initial states ``(C,)`` / ``(C, N)``,
-outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64, then the workspaces and
-the int64 ``time_chunk`` (tree plans only). A sequence is one ``(channel c, lane n)`` pair,
-numbered ``s = c * N + n``.
+outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64; for a vector state, one
+int64 row divisor per input with the lane axis (``rowmap``: such an input may be given with a
+row per block of ``div`` channels, ``(C / div, N, L)``, channel c reading row ``c // div``: 1
+for a row per channel); then the workspaces and the int64 ``time_chunk`` (tree plans only). A
+sequence is one ``(channel c, lane n)`` pair, numbered ``s = c * N + n``.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from explorer.codegen.emit import (
     to_index,
 )
 from explorer.codegen.gen import Gen, Locations, scan_io
+from explorer.codegen.hoist import ChannelSplit, split_channel
 from explorer.codegen.lower_grid import (
     blelloch_block,
     blelloch_shapes,
@@ -77,13 +80,16 @@ from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
 from explorer.errors import CompileError, OptionError
 from explorer.frontend.names import TIME_CHUNK
 
+#: the int64 arguments (the rest are buffers)
+INT_ROLES = ("size", "rowmap")
+
 
 def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
-                 Tc: Value | None) -> dict[str, Value]:
+                 Tc: Value | None, row_div: dict[str, Value]) -> dict[str, Value]:
     sizes = {}
     CN = mul_i(C, N)
     for a in args:
-        if a["role"] == "size":
+        if a["role"] in INT_ROLES:
             continue
         if a["role"] == "workspace":
             per_call = a["time_chunk"] == TIME_CHUNK
@@ -92,6 +98,9 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
             sizes[a["name"]] = mul_i(mul_i(CN, chunks), ci(a["per_chunk"]))
             continue
         rows = CN if a["lane"] else C
+        div = row_div.get(a["name"]) if a["role"] == "input" else None
+        if div is not None:   # a row per block of channels
+            rows = mul_i(arith.divui(C, div), N) if a["lane"] else arith.divui(C, div)
         sizes[a["name"]] = mul_i(rows, L) if a["timed"] else rows
     return sizes
 
@@ -153,11 +162,20 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
     return out
 
 
+def _lane_loop(form: Any, plan: Any) -> ChannelSplit | None:
+    """What the lane loop of a chunked tree plan's scan kernel reads per lane and per channel
+    (None: no lane loop)."""
+    if plan.tree == "none" or plan.lane_sum is None or not plan.lane_sum.fused:
+        return None
+    return split_channel(form, scan_io(form, plan.stored, plan.lane_sum).lane_terms)
+
+
 def _stage_counts(form: Any, options: Options, plan: Any) -> dict[str, int]:
     alg = Algebra(form.A)
     coeff = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
     io = scan_io(form, plan.stored, plan.lane_sum)
-    scan = max(1, len(io.inputs), len(io.outputs))
+    split = _lane_loop(form, plan)
+    scan = max(1, len(split.lane_inputs if split is not None else io.inputs), len(io.outputs))
     return {"scan": scan, "lookback": scan,
             "reduce": max(1, len([n for n in form.inputs if n in coeff])),
             "carry": max(alg.width, alg.S)}
@@ -246,12 +264,16 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
           as_flat: Callable[[Value, Value], Value], plan: Any, locs: Locations) -> Gen:
     # sizes by role: an input may itself be called C (Mamba's readout matrix)
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
-    by_name = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] != "size"}
+    row_div = {a["name"]: to_index(v) for a, v in zip(args, values, strict=False)
+               if a["role"] == "rowmap"}
+    by_name = {a["name"]: v for a, v in zip(args, values, strict=False)
+               if a["role"] not in INT_ROLES}
     C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
     Tc = to_index(size[TIME_CHUNK]) if TIME_CHUNK in size else None
-    sizes = _array_sizes(args, C, N, L, Tc)
+    sizes = _array_sizes(args, C, N, L, Tc, row_div)
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
     gen = Gen(form, options, arrays, C, N, L, scan_io(form, plan.stored, plan.lane_sum))
+    gen.row_div = row_div
     gen.Tc = Tc
     gen.sweeps = plan.sweeps
     gen.reverse = options.reverse
@@ -274,7 +296,11 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
         if spec.role == "lookback":
             lookback_block(gen, th, bid, stage, aggbuf)
         elif spec.channels == "block":
-            lane_loop_block(gen, th, bid, stage, aggbuf, shared[count + width:])
+            split = _lane_loop(gen.form, plan)
+            assert split is not None
+            rest = shared[count + width:]
+            lane_loop_block(gen, th, bid, stage, aggbuf, rest[:len(split.channel_staged)],
+                            rest[len(split.channel_staged):], split)
         else:
             blelloch_block(gen, th, spec.role, bid, stage, aggbuf)
 
@@ -290,8 +316,10 @@ def _shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[in
     shapes = blelloch_shapes(options)
     count = _stage_counts(form, options, plan)[role]
     sizes = [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
-    if role == "scan" and plan.lane_sum is not None and plan.lane_sum.fused:
-        sizes += [shapes.stage] * len(scan_io(form, plan.stored, plan.lane_sum).lane_terms)
+    split = _lane_loop(form, plan) if role == "scan" else None
+    if split is not None:
+        # what the lanes share (a row of the tile each), then a row per lane term
+        sizes += [shapes.stage] * (len(split.channel_staged) + len(split.terms))
     return sizes
 
 
@@ -301,7 +329,7 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
     # bare-pointer ABI: a buffer arrives as a 0-d memref (one pointer) and is reshaped to the
     # flat memref<?xf32> of its size inside the kernel
     ptr = MemRefType.get([], f32())
-    arg_types: list[Type] = [ptr if a["role"] != "size" else _i64() for a in args]
+    arg_types: list[Type] = [ptr if a["role"] not in INT_ROLES else _i64() for a in args]
     ftype = FunctionType.get(arg_types, [])
     bs = options.block_size
     workgroup = Attribute.parse("#gpu.address_space<workgroup>")
@@ -411,7 +439,8 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
     """Host code: one ``<kernel>_grid(args..., grid)`` per kernel that runs its blocks one
     after the other and the threads of a block phase by phase, and the entry
     ``scanweaver_<strategy>(args...)`` that launches them in order like the GPU runtime."""
-    arg_types: list[Type] = [flat_memref() if a["role"] != "size" else _i64() for a in args]
+    arg_types: list[Type] = [flat_memref() if a["role"] not in INT_ROLES else _i64()
+                             for a in args]
     bs = options.block_size
     with InsertionPoint(module_op.regions[0].blocks[0]):
         grid_fns = {}

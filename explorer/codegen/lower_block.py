@@ -67,7 +67,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                begin: Value, end: Value, init: list[Value], mode: str,
                state_before: Callable[[Element, list[Value]], list[Value]] | None = None,
                accumulate: Callable[[Value, list[Value], list[Value]], None] | None = None,
-               ) -> list[Value]:
+               extra: Sequence[Value] = (), prefetched: list[Value] | None = None,
+               then: tuple[Sequence[Stream], Value, Value] | None = None) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
     ``mode``: ``"reduce"`` returns the aggregate of the range (no output); ``"inclusive"``
@@ -78,6 +79,13 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     carried one (the look-back of the grid level). ``accumulate(p, state, inputs)``, when
     given, is called by the thread that owns tile position ``p`` with the state after it
     (``"inclusive"``), in place of or beside the outputs (the terms of a sum over lanes).
+
+    ``extra``: workgroup arrays of the tile already filled by the caller (what a channel's
+    lanes share): their values at a position follow the inputs' in what ``element``,
+    ``outputs`` and ``accumulate`` are given. ``prefetched``: the first tile's loads, issued
+    by the caller (GPU). ``then = (streams, begin, end)``: the range is one tile, and it loads
+    the first tile of ``streams`` over ``[begin, end)`` while it scans (the next scan's
+    ``prefetched``), returned after the state.
     """
     alg = gen.alg
     bs = th.bs
@@ -88,11 +96,12 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     last = arith.subi(end, ci(1))
     total_slot = ci(padded(bs))
 
-    def load_tile(t0: Value, tid: Value) -> list[Value]:
+    def load_tile(t0: Value, tid: Value, streams: Sequence[Stream] = ins,
+                  last: Value = last) -> list[Value]:
         vals = []
         for k in range(E):
             t = min_i(add_i(t0, add_i(ci(k * bs), tid)), last)
-            vals += [s.load(t) for s in ins]
+            vals += [s.load(t) for s in streams]
         return vals
 
     def put_tile(tid: Value, vals: list[Value]) -> None:
@@ -109,7 +118,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             memref.store(v, b, [i])
 
     def staged(p: Value) -> list[Value]:
-        return [memref.load(stage[q], [pad(p)]) for q in range(nin)]
+        return ([memref.load(stage[q], [pad(p)]) for q in range(nin)]
+                + [memref.load(buf, [pad(p)]) for buf in extra])
 
     def own(tid: Value, t0: Value) -> list[Element]:
         """The thread's E consecutive elements, the identity past the end."""
@@ -123,7 +133,9 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     reduce = mode == "reduce"
     carry0 = alg.identity().values() if reduce else list(init)
     nc = len(carry0)
-    start = list(carry0) + (load_tile(begin, th.tid) if th.gpu else [])   # type: ignore[arg-type]
+    first_tile = (prefetched if prefetched is not None else
+                  load_tile(begin, th.tid) if th.gpu else [])   # type: ignore[arg-type]
+    start = list(carry0) + first_tile
 
     def one_tile(tix: Value, it: list[Value]) -> list[Value]:
         carry, pref = it[:nc], it[nc:]
@@ -135,7 +147,13 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             th.each(lambda tid: put_tile(tid, load_tile(t0, tid)))
         th.barrier()
         # the next tile's loads go out now and land while this tile is scanned
-        nxt = load_tile(add_i(t0, ci(T)), th.tid) if th.gpu else []   # type: ignore[arg-type]
+        if not th.gpu:
+            nxt: list[Value] = []
+        elif then is not None:
+            streams, b2, e2 = then
+            nxt = load_tile(b2, th.tid, streams, arith.subi(e2, ci(1)))  # type: ignore[arg-type]
+        else:
+            nxt = load_tile(add_i(t0, ci(T)), th.tid)   # type: ignore[arg-type]
         # 2. each thread composes its E consecutive elements
         kept: dict[str, list[Element]] = {}
 
@@ -232,4 +250,5 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         return alg.apply(total, carry) + nxt
 
     ntiles = ceil_div(arith.subi(end, begin), ci(T))
-    return for_loop(ci(0), ntiles, ci(1), one_tile, start)[:nc]
+    out = for_loop(ci(0), ntiles, ci(1), one_tile, start)
+    return out if then is not None else out[:nc]

@@ -8,8 +8,10 @@ the states in memory (``scheme = "readout-kernel"``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
+import sympy
 from mlir.dialects import arith, memref
 from mlir.ir import (
     Value,
@@ -18,6 +20,7 @@ from mlir.ir import (
 from explorer.codegen.contract import READOUT_CHUNK_TILES
 from explorer.codegen.emit import (
     Element,
+    ExprEmitter,
     add_i,
     ceil_div,
     cf,
@@ -26,7 +29,8 @@ from explorer.codegen.emit import (
     lt_i,
     mul_i,
 )
-from explorer.codegen.gen import Gen, Stream
+from explorer.codegen.gen import Gen, Seq, Stream
+from explorer.codegen.hoist import ChannelSplit
 from explorer.codegen.lower_block import block_scan
 from explorer.codegen.options import Options
 from explorer.codegen.threads import Threads, for_loop, if_else, if_then, min_i, pad, padded
@@ -107,13 +111,17 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
 
 
 def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
-                    aggbuf: Sequence[Value], acc: Sequence[Value]) -> None:
+                    aggbuf: Sequence[Value], shared: Sequence[Value], acc: Sequence[Value],
+                    split: ChannelSplit) -> None:
     """A block of the scan kernel with the lane sum in it: chunk ``k`` of channel ``c`` (grid
-    ``C * ceil(L / time_chunk)``). Tile by tile, the block scans each lane of the channel in
-    turn from that lane's state before the tile (the initial state or the chunk's carry at the
-    first tile; then what the lane's last tile left in the chunk's carry slot, which this block
-    alone uses), each thread adding the lane's terms at its positions into ``acc`` (a row of
-    the tile per term); then the tile's readouts are written, coalesced, and ``acc`` cleared."""
+    ``C * ceil(L / time_chunk)``). Tile by tile: the channel's inputs and values at the tile's
+    steps go into ``shared`` once (``split``: what the lanes share); then the block scans each
+    lane of the channel in turn from that lane's state before the tile (the initial state or
+    the chunk's carry at the first tile; then what the lane's last tile left in the chunk's
+    carry slot, which this block alone uses), loading only the lane's own inputs (on the GPU the
+    next lane's tile, or the next tile's first lane, is loaded while a lane is scanned), each
+    thread adding the lane's terms at its positions into ``acc`` (a row of the tile per term);
+    then the tile's readouts are written, coalesced, and ``acc`` cleared."""
     alg = gen.alg
     E = gen.options.elements_per_thread
     bs = th.bs
@@ -124,11 +132,18 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     k = arith.remui(bid, nch)
     begin = mul_i(k, gen.Tc)
     end = min_i(gen.L, add_i(begin, gen.Tc))
-    names = gen.scan_inputs
-    at = {n: q for q, n in enumerate(names)}
+    lane_names = split.lane_inputs
+    at = {n: q for q, n in enumerate(lane_names)}
+    at |= {n: len(lane_names) + q for q, n in enumerate(split.channel_staged)}
     S = alg.S
     carries = gen.arrays[CARRIES]
     readouts = gen.io.lane_readouts
+    values = dict(split.values)
+    A = sympy.Matrix(S, S, split.element[:S * S])
+    b = sympy.Matrix(split.element[S * S:])
+    # the channel's parameters (its values' and readouts'), and its timed inputs as streams
+    cseq = gen.seq(c, ci(0), set(split.channel_raw) | set(gen.io.outer)
+                   | {s.name for e in values.values() for s in e.free_symbols})
 
     def clear(i: Value) -> None:
         for buf in acc:
@@ -138,17 +153,39 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
         for kk in range(E):
             clear(add_i(ci(kk * bs), tid))
     th.each(clear_own)
-    th.barrier()
 
-    def tile(tix: Value, _: list[Value]) -> list[Value]:
+    def streams(n: Value) -> tuple[Seq, list[Stream]]:
+        seq = gen.seq(c, n, set(lane_names) | gen.scan_params)
+        return seq, gen.in_streams(seq, lane_names)
+
+    def stage_channel(t0: Value, t1: Value) -> None:
+        """The channel's inputs and values at the tile's steps, into ``shared``."""
+        def each(tid: Value) -> None:
+            for kk in range(E):
+                i = add_i(ci(kk * bs), tid)
+                t = min_i(add_i(t0, i), arith.subi(t1, ci(1)))
+                raw = {n: gen.value(cseq, n, t) for n in split.channel_raw}
+
+                def lookup(sym: sympy.Symbol, raw: dict[str, Value] = raw) -> Value:
+                    return raw[sym.name] if sym.name in raw else cseq.params[sym.name]
+                emit = ExprEmitter(lookup)
+                with gen.statement_locs.get(gen.states[0]) or nullcontext():
+                    for buf, name in zip(shared, split.channel_staged, strict=True):
+                        v = emit(values[name]) if name in values else raw[name]
+                        memref.store(v, buf, [pad(i)])
+        th.each(each)
+        th.barrier()
+
+    def tile(tix: Value, pref: list[Value]) -> list[Value]:
         t0 = add_i(begin, mul_i(tix, ci(T)))
         t1 = min_i(end, add_i(t0, ci(T)))
         fresh = arith.andi(arith.cmpi(arith.CmpIPredicate.eq, tix, ci(0)),
                            arith.cmpi(arith.CmpIPredicate.eq, k, ci(0)))
+        stage_channel(t0, t1)
 
-        def lane(n: Value, _: list[Value]) -> list[Value]:
+        def lane(n: Value, pref: list[Value]) -> list[Value]:
             s = add_i(mul_i(c, gen.N), n)
-            seq = gen.seq(c, n, set(names) | gen.scan_params)
+            seq, ins = streams(n)
 
             def slot(i: int) -> Value:
                 return add_i(mul_i(add_i(mul_i(s, ci(S)), ci(i)), nch), k)
@@ -156,19 +193,28 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                            lambda: [memref.load(carries, [slot(i)]) for i in range(S)])
 
             def element(vals: list[Value]) -> Element:
-                return gen.leaf_from(seq, lambda name: vals[at[name]])
+                return gen.leaf_from(seq, lambda name: vals[at[name]], A, b)
 
             def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
                 return gen.outputs_at(seq, h, lambda name: vals[at[name]])
 
             def accumulate(p: Value, h: list[Value], vals: list[Value]) -> None:
-                terms = gen.lane_terms_at(seq, h, lambda name: vals[at[name]])
+                terms = gen.lane_terms_at(seq, h, lambda name: vals[at[name]], split.terms)
                 for buf, v in zip(acc, terms, strict=True):
                     memref.store(arith.addf(memref.load(buf, [pad(p)]), v), buf, [pad(p)])
-            after = block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names),
-                               gen.out_streams(seq), element,
-                               outputs if gen.scan_outputs else None, t0, t1, init,
-                               "inclusive", accumulate=accumulate)
+            then = None
+            if th.gpu:
+                # while this lane is scanned, the next lane's tile (after the last lane, the
+                # first lane's next tile) is loaded
+                last_lane = arith.cmpi(arith.CmpIPredicate.eq, add_i(n, ci(1)), gen.N)
+                nn = arith.select(last_lane, ci(0), add_i(n, ci(1)))
+                b2 = arith.select(last_lane, add_i(t0, ci(T)), t0)
+                then = (streams(nn)[1], b2, min_i(end, add_i(b2, ci(T))))
+            out = block_scan(gen, th, E, stage, aggbuf, ins, gen.out_streams(seq), element,
+                             outputs if gen.scan_outputs else None, t0, t1, init, "inclusive",
+                             accumulate=accumulate, extra=shared,
+                             prefetched=pref if th.gpu else None, then=then)
+            after, nxt = out[:S], out[S:]
 
             def keep() -> None:
                 for i, v in enumerate(after):
@@ -178,12 +224,11 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 if_then(arith.cmpi(arith.CmpIPredicate.eq, th.tid, ci(0)), keep)
             else:
                 keep()
-            return []
-        for_loop(ci(0), gen.N, ci(1), lane)
+            return nxt
+        pref = for_loop(ci(0), gen.N, ci(1), lane, pref)
 
         # the block's last scan ended with a barrier after the terms were added
         def write(tid: Value) -> None:
-            cseq = gen.seq(c, ci(0), set(gen.io.outer))
             for kk in range(E):
                 i = add_i(ci(kk * bs), tid)
                 t = add_i(t0, i)
@@ -199,8 +244,17 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 clear(i)
         th.each(write)
         th.barrier()
-        return []
-    for_loop(ci(0), ceil_div(arith.subi(end, begin), ci(T)), ci(1), tile)
+        return pref
+    # the first lane's first tile, loaded before the loops (GPU)
+    first: list[Value] = []
+    if th.gpu:
+        assert th.tid is not None
+        _, ins0 = streams(ci(0))
+        last0 = arith.subi(min_i(end, add_i(begin, ci(T))), ci(1))
+        for kk in range(E):
+            t = min_i(add_i(begin, add_i(ci(kk * bs), th.tid)), last0)
+            first += [st.load(t) for st in ins0]
+    for_loop(ci(0), ceil_div(arith.subi(end, begin), ci(T)), ci(1), tile, first)
 
 
 def readout_block(gen: Gen, th: Threads, bid: Value) -> None:

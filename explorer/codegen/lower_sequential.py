@@ -12,9 +12,11 @@ time), and the states are written only when the plan stores them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
 from mlir.dialects import arith, memref, scf
 from mlir.ir import (
     Attribute,
@@ -23,7 +25,9 @@ from mlir.ir import (
 )
 
 from explorer.codegen.emit import (
+    ExprEmitter,
     add_i,
+    ceil_div,
     cf,
     ci,
     f32,
@@ -31,12 +35,22 @@ from explorer.codegen.emit import (
     mul_i,
 )
 from explorer.codegen.gen import Gen, Seq, scan_io
+from explorer.codegen.hoist import split_channel
 from explorer.codegen.options import SHARED_LIMIT, Options
 from explorer.codegen.threads import WARP, Threads, for_loop, if_else, if_then, min_i
 from explorer.errors import OptionError
 
 #: rows of a sequential tile loaded before they are stored (loads in flight per thread)
 LOAD_BATCH = 8
+#: cells of a warp's channel rows a thread loads (and computes the channel values of) at once
+CHANNEL_BATCH = 2
+#: shared memory a block's tiles may take: the longest tile (32, 16 or 8 steps) that fits
+TILE_SHARED = SHARED_LIMIT // 2
+#: the same for a vector state, whose blocks stage more arrays (the lanes' own and the
+#: channel rows): shorter tiles, more blocks an SM. Measured on an H100, Mamba's preset at
+#: 8 x 1536 channels, N = 16, L = 2048 (five staged arrays): tiles of 32 steps 2.93 ms (two
+#: blocks an SM), 16 steps 2.58 ms, 8 steps 2.47 ms
+VECTOR_TILE_SHARED = SHARED_LIMIT // 8
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,15 @@ class SeqLayout:
     out_buffer: tuple[int, ...]
     buffers: int
     warps: int
+    #: channel values (:mod:`explorer.codegen.hoist`), computed where a warp stages its
+    #: channels' rows and staged there like inputs (their names are in ``inputs``)
+    values: tuple[tuple[str, Any], ...] = ()
+    #: the inputs without the lane axis that the channel rows load (staged, or read by values)
+    channel_raw: tuple[str, ...] = ()
+    #: the element's coefficients (A row by row, then b) and the lane terms, rewritten with
+    #: the channel values (empty: the form's own)
+    element: tuple[Any, ...] = ()
+    terms: tuple[Any, ...] = ()
 
     @property
     def floats(self) -> int:
@@ -62,10 +85,22 @@ def seq_layout(form: Any, options: Options, stored: Any = None, lane_sum: Any = 
     """The tile layout for a plan storing ``stored`` with the lane sum ``lane_sum`` (see
     :func:`explorer.codegen.gen.scan_io`)."""
     io = scan_io(form, stored, lane_sum)
-    # the inputs of each sequence, and those the lane-summed readouts read per channel
-    used = set(io.inputs) | set(io.outer)
-    inputs = tuple(n for n in form.inputs if n in used)
     lanes = set(form.recurrence.lane_names)
+    element: tuple[Any, ...] = ()
+    terms: tuple[Any, ...] = ()
+    values: tuple[tuple[str, Any], ...] = ()
+    if form.vector:
+        # what a channel's lanes share is computed once per (channel, step)
+        split = split_channel(form, io.lane_terms, io.outer)
+        element, terms, values = split.element, split.terms, split.values
+        used = set(split.lane_inputs) | set(split.channel_inputs)
+        raw = split.channel_raw
+    else:
+        used = set(io.inputs)
+        raw = ()
+    # the inputs of each sequence, and those the lane-summed readouts read per channel; then
+    # the channel values
+    inputs = tuple(n for n in form.inputs if n in used) + tuple(n for n, _ in values)
     private = tuple((not form.vector) or n in lanes for n in inputs)
     own = [q for q, p in enumerate(private) if p]
     nout = len(io.outputs) + len(io.lane_terms)
@@ -75,11 +110,12 @@ def seq_layout(form: Any, options: Options, stored: Any = None, lane_sum: Any = 
                        for o in range(nout))
     buffers = len(inputs) + max(0, nout - len(own))
     warps = options.block_size // WARP
+    room = VECTOR_TILE_SHARED if form.vector else TILE_SHARED
     for steps in (32, 16, 8):
-        layout = SeqLayout(steps, inputs, private, out_buffer, buffers, warps)
-        if layout.floats * 4 <= SHARED_LIMIT // 2:
+        layout = SeqLayout(steps, inputs, private, out_buffer, buffers, warps, values, raw,
+                           element, terms)
+        if layout.floats * 4 <= room:
             return layout
-    layout = SeqLayout(8, inputs, private, out_buffer, buffers, warps)
     if layout.floats * 4 > SHARED_LIMIT:
         raise OptionError(f"the sequential kernel stages {buffers} arrays per warp: "
                           f"{layout.floats * 4} bytes of shared memory for block_size "
@@ -117,11 +153,25 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
         s0 = add_i(block_s0, mul_i(warp, ci(WARP)))
         return warp, lane, s0, arith.divui(s0, gen.N)
 
+    values = dict(lay.values)
+    # the element and the lane terms as the walk computes them: with the channel values
+    if lay.element:
+        A = sympy.Matrix(S, S, lay.element[:S * S])
+        b = sympy.Matrix(lay.element[S * S:])
+    else:
+        A, b = gen.form.A, gen.form.b
+    terms = lay.terms or gen.io.lane_terms
+    # parameters of a sequence: those its element and terms read (the channel values' own are
+    # read where they are computed)
+    read = {s.name for e in (*A, *b, *terms) for s in e.free_symbols} if lay.element else \
+        set(gen.scan_params)
+    seq_names = ({n for n in lay.inputs if n not in values}
+                 | {n for n in read if n in gen.scan_params or n in gen.io.params})
+
     def setup(tid: Value) -> tuple[Value, Seq]:
         s_raw = add_i(block_s0, tid)
         s = min_i(s_raw, arith.subi(block_end, ci(1)))
-        seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N),
-                      set(lay.inputs) | gen.scan_params)
+        seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N), seq_names)
         return s_raw, seq
 
     def cells(lane: Value, mb: Value) -> list[tuple[Value, Value]]:
@@ -154,18 +204,65 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
             vals: list[tuple[Value, Value]] = []
             for r, col in cells(lane, mb):
                 t = min_i(add_i(t0, col), last_t)
+                s = min_i(add_i(s0, r), arith.subi(block_end, ci(1)))
                 for q, name in enumerate(lay.inputs):
-                    if lay.private[q]:
-                        row = min_i(add_i(s0, r), arith.subi(block_end, ci(1)))
-                    else:
-                        row = min_i(add_i(c0, r), arith.subi(gen.C, ci(1)))
+                    if not lay.private[q]:
+                        continue
+                    row = s
+                    if name in gen.row_div:    # a row per block of channels
+                        c = arith.divui(s, gen.N)
+                        row = gen.lane_row(name, c, arith.subi(s, mul_i(c, gen.N)))
                     with gen.loc(name):
                         v = memref.load(gen.arrays[name], [gen.at(mul_i(row, gen.L), t)])
                     vals.append((where(warp, q, r, col), v))
             # the batch's loads are all in flight before its first store
             for at, v in vals:
                 memref.store(v, stage, [at])
-        batches(batch)
+        if any(lay.private):
+            batches(batch)
+        if not all(lay.private):
+            load_channels(warp, lane, s0, c0, t0)
+
+    def load_channels(warp: Value, lane: Value, s0: Value, c0: Value, t0: Value) -> None:
+        """The rows of the warp's channels alone (N lanes a channel: about 32 / N rows):
+        their inputs, and the channel values computed from them."""
+        last_t = arith.subi(gen.L, ci(1))
+        s_last = min_i(add_i(s0, ci(WARP - 1)), arith.subi(block_end, ci(1)))
+        # a warp past the block's sequences has no channel
+        rows = arith.select(lt_i(s0, block_end),
+                            add_i(arith.subi(arith.divui(s_last, gen.N), c0), ci(1)), ci(0))
+        staged = [(q, name) for q, name in enumerate(lay.inputs) if not lay.private[q]]
+        params = {s.name for e in values.values() for s in e.free_symbols
+                  if s.name not in gen.timed}
+
+        def step(m: Value, _: list[Value]) -> list[Value]:
+            out: list[tuple[Value, Value]] = []
+            for j in range(CHANNEL_BATCH):
+                idx = add_i(lane, mul_i(add_i(mul_i(m, ci(CHANNEL_BATCH)), ci(j)), ci(WARP)))
+                # a cell past the warp's rows repeats its last row (the same values)
+                r = min_i(arith.divui(idx, ci(tt)), arith.subi(rows, ci(1)))
+                col = arith.remui(idx, ci(tt))
+                t = min_i(add_i(t0, col), last_t)
+                c = min_i(add_i(c0, r), arith.subi(gen.C, ci(1)))
+                raw: dict[str, Value] = {}
+                for name in lay.channel_raw:
+                    with gen.loc(name):
+                        raw[name] = memref.load(gen.arrays[name],
+                                                [gen.at(mul_i(c, gen.L), t)])
+                par = gen.seq(c, ci(0), params).params if values else {}
+
+                def lookup(sym: sympy.Symbol, raw: dict[str, Value] = raw,
+                           par: dict[str, Value] = par) -> Value:
+                    return raw[sym.name] if sym.name in raw else par[sym.name]
+                emit = ExprEmitter(lookup)
+                for q, name in staged:
+                    with gen.statement_locs.get(gen.states[0]) or nullcontext():
+                        v = emit(values[name]) if name in values else raw[name]
+                    out.append((where(warp, q, r, col), v))
+            for at, v in out:
+                memref.store(v, stage, [at])
+            return []
+        for_loop(ci(0), ceil_div(mul_i(rows, ci(tt)), ci(WARP * CHANNEL_BATCH)), ci(1), step)
 
     def store_tile(tid: Value, t0: Value) -> None:
         warp, lane, s0, _ = warp_of(tid)
@@ -193,10 +290,10 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
         def step(k: Value, h: list[Value]) -> list[Value]:
             vals = {name: memref.load(stage, [where(warp, q, rows[q], k)])
                     for q, name in enumerate(lay.inputs)}
-            hn = alg.apply(gen.leaf_from(seq, vals.__getitem__), h)
+            hn = alg.apply(gen.leaf_from(seq, vals.__getitem__, A, b), h)
             outs = gen.outputs_at(seq, hn, vals.__getitem__)
             if fused:
-                outs += gen.lane_terms_at(seq, hn, vals.__getitem__)
+                outs += gen.lane_terms_at(seq, hn, vals.__getitem__, terms)
             for o, v in enumerate(outs):
                 memref.store(v, stage, [where(warp, lay.out_buffer[o], lane, k)])
             return hn

@@ -25,7 +25,10 @@ from explorer.frontend.names import TIME_CHUNK
 
 #: the PTX file of a kernel that names none
 DEFAULT_PTX = "kernel.ptx"
-ROLES = ("input", "param", "h0", "output", "size", "workspace")
+ROLES = ("input", "param", "h0", "output", "size", "workspace", "rowmap")
+#: the int64 arguments: the sizes, and a row divisor (``rowmap``) per input that may be laid
+#: out with a row per block of channels (channel c reads row ``c // divisor``; 1: a row each)
+INT_ROLES = ("size", "rowmap")
 ARG_DTYPES = ("float32", "int64")
 SIZE_NAMES = (*FRONTEND_SIZE_NAMES, TIME_CHUNK)
 #: most arguments of a kernel
@@ -254,7 +257,7 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
     if not isinstance(role, str) or role not in ROLES:
         raise ArtifactError(f"{where}: argument {name!r} has role {_show(role)}; "
                             f"expected one of {', '.join(ROLES)}")
-    dtype = raw.get("dtype", "int64" if role == "size" else "float32")
+    dtype = raw.get("dtype", "int64" if role in INT_ROLES else "float32")
     if not isinstance(dtype, str) or dtype not in ARG_DTYPES:
         raise ArtifactError(f"{where}: argument {name!r} has dtype {_show(dtype)}; "
                             f"expected one of {', '.join(ARG_DTYPES)}")
@@ -264,6 +267,9 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
                                 f"{', '.join(SIZE_NAMES)}")
         if dtype != "int64":
             raise ArtifactError(f"{where}: size argument {name!r} must be int64")
+    elif role == "rowmap":
+        if dtype != "int64":
+            raise ArtifactError(f"{where}: row divisor {name!r} must be int64")
     elif dtype != "float32":
         raise ArtifactError(f"{where}: array argument {name!r} must be float32")
     per_chunk: int | None = None
@@ -386,8 +392,8 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
         raise ArtifactError(f"{where}: args has {len(args_raw)} entries, at most {MAX_ARGS}")
     args = tuple(_parse_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args_raw))
     # an input may share its name with a state (h0, output) or a size (the selective scan's C)
-    names = [(a.name, a.role if a.role in ("h0", "output", "size", "workspace") else "array")
-             for a in args]
+    names = [(a.name, a.role if a.role in ("h0", "output", "size", "workspace", "rowmap")
+              else "array") for a in args]
     dup = sorted({f"{n} ({r})" for n, r in names if names.count((n, r)) > 1})
     if dup:
         raise ArtifactError(f"{where}: duplicate arguments {dup}")
@@ -410,6 +416,10 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
                             f"got {_show(channels)}")
     per_call = [v for v in (time_chunk, longer, at_most, *(a.time_chunk for a in args))
                 if v == TIME_CHUNK]
+    timed = {a.name for a in args if a.role == "input" and a.timed}
+    for a in args:
+        if a.role == "rowmap" and a.name not in timed:
+            raise ArtifactError(f"{where}: row divisor {a.name!r} names no timed input")
     if per_call and not any(a.role == "size" and a.name == TIME_CHUNK for a in args):
         raise ArtifactError(f"{where}: uses {TIME_CHUNK!r} per call but has no size argument "
                             f"{TIME_CHUNK!r}")

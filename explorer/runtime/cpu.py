@@ -103,15 +103,17 @@ def _shape(arg: ArgInfo, C: int, N: int, L: int) -> tuple[int, ...]:
 def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, Any]],
             arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
             entry: str | None = None, opt_level: int = 2, machine: Machine = CPU_MACHINE,
-            time_chunk: int | None = None) -> dict[str, np.ndarray]:
+            time_chunk: int | None = None, row_div: Mapping[str, int] | None = None
+            ) -> dict[str, np.ndarray]:
     """Run the lowered host module's entry (which launches every kernel's grid in order) on
-    the arrays; return the outputs by name."""
+    the arrays; return the outputs by name. ``row_div``: for an input given with a row per
+    block of channels (``(C / div, ...)``), the channels that share a row."""
     typed = _contract(kernels)
     args = typed[0].args
     check_lanes(typed, N)
     engine, entry = _engine(final_module_text, entry, opt_level)
     sizes = size_values(args, C, N, L, machine, time_chunk)
-    keep, packed, outputs = _pack(args, arrays_by_name, sizes)
+    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {})
     engine.invoke(entry, *packed)
     return outputs
 
@@ -119,14 +121,15 @@ def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, 
 def launch_cpu_kernels(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, Any]],
                        arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
                        opt_level: int = 2, machine: Machine = CPU_MACHINE,
-                       time_chunk: int | None = None) -> dict[str, np.ndarray]:
+                       time_chunk: int | None = None, row_div: Mapping[str, int] | None = None
+                       ) -> dict[str, np.ndarray]:
     """Launch the host version of each kernel of the contract, in order, with the grid the GPU
     runtime would use (every kernel takes the full argument list; workspaces are shared)."""
     typed = _contract(kernels)
     args = typed[0].args
     check_lanes(typed, N)
     sizes = size_values(args, C, N, L, machine, time_chunk)
-    keep, packed, outputs = _pack(args, arrays_by_name, sizes)
+    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {})
     for k in typed:
         if k.args != args:
             raise ValueError(f"kernel {k.name} has an argument list of its own")
@@ -139,23 +142,36 @@ def launch_cpu_kernels(final_module_text: str, kernels: Sequence[KernelInfo | Ma
     return outputs
 
 
+def _divisor(name: str, row_div: Mapping[str, int], C: int) -> int:
+    div = int(row_div.get(name, 1))
+    if div < 1 or C % div:
+        raise ValueError(f"{name}: {div} channels a row do not divide C={C}")
+    return div
+
+
 def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
-          sizes: Mapping[str, int]) -> tuple[list[Any], list[Any], dict[str, np.ndarray]]:
+          sizes: Mapping[str, int], row_div: Mapping[str, int]
+          ) -> tuple[list[Any], list[Any], dict[str, np.ndarray]]:
     from mlir.runtime import get_ranked_memref_descriptor
 
+    unknown = sorted(set(row_div) - {a.name for a in args if a.role == "rowmap"})
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: the kernels read no row divisor for them "
+                         "(give them a row per channel)")
     keep: list[Any] = []        # arrays and descriptors alive until the call returns
     packed: list[Any] = []
     outputs: dict[str, np.ndarray] = {}
     C, N, L = sizes["C"], sizes["N"], sizes["L"]
     for a in args:
         role, name = a.role, a.name
-        if role == "size":
-            value = ctypes.c_int64(int(sizes[name]))
+        if role in ("size", "rowmap"):
+            value = ctypes.c_int64(int(sizes[name]) if role == "size" else
+                                   _divisor(name, row_div, C))
             keep.append(value)
             packed.append(ctypes.pointer(value))
             continue
         shape = ((a.workspace_size(C, N, L, sizes),) if role == "workspace"
-                 else _shape(a, C, N, L))
+                 else _shape(a, C // row_div.get(name, 1) if role == "input" else C, N, L))
         if role == "workspace":
             arr = np.zeros(shape, dtype=np.float32)
         elif role == "output":

@@ -7,7 +7,10 @@ PyTorch CUDA tensors (shared with the kernel through DLPack, no copy when alread
 float32).  The results come back as the same kind of array as the inputs.
 
 The launch follows the kernel ABI of the artifact manifest: one pointer per input, parameter,
-initial state and output, then ``int64`` C, N, L, then the workspaces; ``block`` from the
+initial state and output, then ``int64`` C, N, L, the row divisors (an input the kernels may
+read with a row per block of channels, such as Mamba's ``B`` of ``(batch, 1, N, L)`` beside
+``x`` of ``(batch, D, L)``, is passed where it is, not copied per channel: see
+:func:`explorer.runtime.shapes.marshal`), then the workspaces; ``block`` from the
 manifest and ``grid_x = ceil(C * N / sequences_per_block)`` (times ``ceil(L / time_chunk)`` for
 chunked kernels); the manifest's dynamic shared memory.  Several kernels run in manifest order
 (skipping those with ``launch_when_longer_than >= L``), all with the same arguments.
@@ -322,8 +325,11 @@ class CudaKernel:
               template: Any, stream: Any, L: int | None = None,
               time_chunk: int | None = None) -> Launch:
         cp = _cupy()
+        # inputs the kernels may read with a row per block of channels: where they are
+        shared = [a.name for a in self.artifact.kernels[0].args if a.role == "rowmap"]
         with _stream_ctx(stream):
-            m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, L=L, vector=self.vector)
+            m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, L=L, vector=self.vector,
+                        shared=shared)
             C, N, L = m.C, m.N, m.L
             h0 = {}
             for state, info in self.h0_args.items():
@@ -377,6 +383,8 @@ class CudaKernel:
                     args.append(outputs[a.name])
                 elif a.role == "workspace":
                     args.append(workspaces[a.name])
+                elif a.role == "rowmap":
+                    args.append(np.int64(m.row_div.get(a.name, 1)))
                 else:
                     args.append(sizes[a.name])
             if grid[0] > MAX_GRID_X:

@@ -5,6 +5,12 @@ indexed by the state axis n; a parameter is ``(...)``, or ``(..., N)``.  The bat
 ``...`` of all arrays broadcast NumPy-style; the broadcast batch is flattened into ``C`` channels,
 so kernels see contiguous ``(C, L)``, ``(C, N, L)``, ``(C,)`` and ``(C, N)`` arrays.
 
+An input shared by the channels of a block of leading batch axes (Mamba's ``B`` and ``C``,
+``(batch, 1, N, L)`` beside ``x`` of ``(batch, D, L)``) may be read where it is: :func:`marshal`
+given its name in ``shared`` lays it out with one row per such block, ``(C / div, ...)``, and
+says ``div``, the channels that share a row (``Marshalled.row_div``); channel ``c`` reads row
+``c // div``. Any other broadcast is laid out per channel.
+
 A parameter or an initial state may also be a number: a Python ``int``/``float``, a NumPy scalar
 or a 0-d array (``gamma=0.9``); it broadcasts over the batch and, for ``A[n]``, over the state
 axis.  Booleans, text, complex numbers and ``None`` are refused (:func:`as_array`), and so is a
@@ -45,6 +51,8 @@ class Marshalled:
     L: int
     batch: tuple[int, ...]
     arrays: dict[str, Any] = field(default_factory=dict)
+    #: for an input laid out with fewer rows than channels: the channels that share a row
+    row_div: dict[str, int] = field(default_factory=dict)
 
     def unflatten(self, out: Any, lane: bool) -> Any:
         """(C, N, L) or (C, L) -> batch + (N, L) or batch + (L,)."""
@@ -186,9 +194,24 @@ def resolve(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], L: int | None =
     return batch, N, int(length)
 
 
+def shared_rows(own: tuple[int, ...], batch: tuple[int, ...]) -> int | None:
+    """The channels that share a row of an array of batch shape ``own`` (as many axes as
+    ``batch``) when it keeps a block of leading axes of ``batch`` and is broadcast over the
+    rest (``(8, 1)`` in ``(8, 1536)``: 1536); None for any other broadcast."""
+    k = 0
+    while k < len(batch) and own[k] == batch[k]:
+        k += 1
+    if any(n != 1 for n in own[k:]):
+        return None
+    return math.prod(batch[k:])
+
+
 def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
-            dtype: Any = np.float32, L: int | None = None, vector: bool = False) -> Marshalled:
-    """Broadcast every array to the canonical contiguous layout of the kernels."""
+            dtype: Any = np.float32, L: int | None = None, vector: bool = False,
+            shared: Sequence[str] = ()) -> Marshalled:
+    """Broadcast every array to the canonical contiguous layout of the kernels; an input named
+    in ``shared`` and shared by blocks of channels keeps one row per block (its row divisor in
+    ``row_div``)."""
     batch, N, length = resolve(specs, arrays, L)
     C = math.prod(batch)
     out = Marshalled(C, N if vector else 1, length, batch)
@@ -199,6 +222,16 @@ def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
         # insert the batch axes this array lacks, then broadcast to the full canonical shape
         tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
         arr = arr.reshape(_full_shape(s, tuple(arr.shape), batch))
+        own = tuple(arr.shape[:len(batch)])
+        div = shared_rows(own, batch) if s.name in shared and C > 0 else None
+        if div is not None and div > 1:
+            # one row per block of channels: the rows it has, where it is (no copy when it is
+            # contiguous float32 already)
+            rows = C // div
+            arr = xp.broadcast_to(arr, own + tail)
+            out.arrays[s.name] = xp.ascontiguousarray(arr.reshape((rows, *tail)), dtype=dtype)
+            out.row_div[s.name] = div
+            continue
         full = xp.broadcast_to(arr, batch + tail)
         flat = (C, *tail)
         out.arrays[s.name] = xp.ascontiguousarray(full.reshape(flat) if full.size else

@@ -1,7 +1,8 @@
 """GPU tests of the readouts summed over the lanes inside the scan kernels (the plan's
 ``scan.lane_sum``) and of the outputs a compile stores (``scan.store``): the selective scan
 presets at several lane counts (not a power of two, a warp, more than a warp), ``y`` alone (the
-default) and with ``h`` (the ``-all`` artifacts), on every plan; long chunked sequences; a
+default) and with ``h`` (the ``-all`` artifacts), on every plan; long chunked sequences; inputs
+shared by the channels of a batch row (Mamba's ``B`` and ``C``) read where they are; a
 Mamba-sized call (8 x 1536 channels, N = 16, L = 2048) checked on sampled channels against the
 float64 reference.
 
@@ -135,23 +136,88 @@ def test_lane_loop_across_chunks(name: str, C: int, N: int, L: int) -> None:
         _check(name, kernel, run.result(), want)
 
 
+def _mamba_layout(kernel: CudaKernel, batch: int, D: int, N: int, L: int, seed: int
+                  ) -> dict[str, Any]:
+    """Mamba's layout on the GPU: inputs with the lane axis (B, C) per batch row,
+    ``(batch, 1, N, L)``; the other inputs per channel, ``(batch, D, L)``; parameters
+    ``(D, ...)``, shared by the batch rows (decays: dt > 0, A < 0)."""
+    out: dict[str, Any] = {}
+    for i, s in enumerate(kernel.specs):
+        lo, hi = {"dt": (0.01, 0.2), "A": (-2.0, -0.5)}.get(s.name, (-1.0, 1.0))
+        if s.timed:
+            shape = (batch, 1, N, L) if s.lane else (batch, D, L)
+        else:
+            shape = (D, N) if s.lane else (D,)
+        cp.random.seed(seed + i)
+        out[s.name] = cp.random.uniform(lo, hi, shape, dtype=cp.float32)
+    return out
+
+
+def _sampled_reference(name: str, arrays: dict[str, Any], D: int, channels: Any) -> Any:
+    """The float64 y of the sampled channels (channel c is batch row c // D, column c % D)."""
+    import explorer
+
+    rows = []
+    for c in channels:
+        b, d = int(c) // D, int(c) % D
+        one = {}
+        for k, v in arrays.items():
+            if v.ndim == 4:           # (batch, 1, N, L)
+                one[k] = cp.asnumpy(v[b, 0])
+            elif v.ndim == 3:         # (batch, D, L)
+                one[k] = cp.asnumpy(v[b, d])
+            else:                     # (D, ...)
+                one[k] = cp.asnumpy(v[d])
+        try:
+            rows.append(explorer.reference(ARTIFACTS[name]["recurrence"], **one)["y"])
+        except ImportError as err:
+            pytest.skip(f"explorer.reference is unavailable here: {err}")
+    return np.stack(rows)
+
+
 @pytest.mark.parametrize("name", [n for n in SEQUENTIAL + CHUNKED if not n.endswith("-all")])
 def test_mamba_size_on_sampled_channels(name: str) -> None:
-    """8 x 1536 channels, N = 16, L = 2048 (B and C per channel: 1.6 GB each), y alone; the
-    float64 reference on 24 channels spread over the batch, first and last among them."""
+    """batch 8 x D 1536 channels, N = 16, L = 2048 in Mamba's layout (B and C per batch row,
+    read where they are: a row per 1536 channels), y alone; the float64 reference on 24
+    channels spread over the batch, first and last among them."""
     kernel = _kernel(name)
-    C, N, L = 8 * 1536, 16, 2048
-    arrays = _inputs(kernel, C, L, N, seed=5, xp=cp)
-    y = kernel(**arrays)
-    assert isinstance(y, cp.ndarray) and y.shape == (C, L) and kernel.output_names == ("y",)
-    channels = sample_channels(C, 24)
-    picked = cp.asarray(channels)
-    sample = {k: cp.asnumpy(v[picked]) for k, v in arrays.items()}
-    want = _reference(ARTIFACTS[name]["recurrence"], **sample)["y"]
-    err = max_rel_error(cp.asnumpy(y[picked]), want)
+    batch, D, N, L = 8, 1536, 16, 2048
+    arrays = _mamba_layout(kernel, batch, D, N, L, seed=5)
+    run = kernel.prepare(**arrays)
+    lane_inputs = {s.name for s in kernel.specs if s.timed and s.lane}
+    # the lane inputs are not copied per channel: a row per batch row
+    for n in lane_inputs:
+        assert run.inputs[n].shape == (batch, N, L), n
+    run.launch()
+    y = run.result()
+    assert y.shape == (batch, D, L) and kernel.output_names == ("y",)
+    channels = sample_channels(batch * D, 24)
+    want = _sampled_reference(name, arrays, D, channels)
+    got = cp.asnumpy(y.reshape(batch * D, L)[cp.asarray(channels)])
+    err = max_rel_error(got, want)
     assert err <= TOL_READOUT, f"{name}: max rel err {err:.2e} on channels {channels}"
-    del arrays, y
+    del arrays, y, run
     cp.get_default_memory_pool().free_all_blocks()
+
+
+@pytest.mark.parametrize("name", LANE_SUMS)
+def test_inputs_shared_by_batch_rows(name: str) -> None:
+    """A small Mamba layout on every plan: B and C read with a row per batch row give what
+    the same inputs copied per channel give."""
+    kernel = _kernel(name)
+    batch, D, N, L = 3, 7, 5, 300
+    arrays = _mamba_layout(kernel, batch, D, N, L, seed=8)
+    shared = kernel(**arrays)
+    copied = kernel(**{k: (cp.ascontiguousarray(cp.broadcast_to(v, (batch, D, *v.shape[2:])))
+                           if v.ndim == 4 else v) for k, v in arrays.items()})
+    shared = _outputs(kernel, shared)
+    copied = _outputs(kernel, copied)
+    for o in shared:
+        np.testing.assert_allclose(cp.asnumpy(shared[o]), cp.asnumpy(copied[o]),
+                                   rtol=1e-5, atol=1e-6)
+    want = _sampled_reference(name, arrays, D, np.arange(batch * D))
+    err = max_rel_error(cp.asnumpy(shared["y"]).reshape(batch * D, L), want)
+    assert err <= TOL_READOUT, f"{name}: max rel err {err:.2e}"
 
 
 @pytest.mark.parametrize("name", [n for n in LANE_SUMS if n.endswith("-all")])

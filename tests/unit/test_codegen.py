@@ -176,9 +176,13 @@ def test_mamba_ir_sums_the_lanes_in_the_chunked_scan() -> None:
                                                "scanweaver_blelloch"]
     assert [k.channels for k in built.kernels] == [None, None, "block"]
     assert "math.exp" in built.text
-    lane = {a["name"]: a["lane"] for a in built.args if a["role"] not in ("size", "workspace")}
+    lane = {a["name"]: a["lane"] for a in built.args
+            if a["role"] not in ("size", "workspace", "rowmap")}
     assert lane == {"dt": False, "B": True, "x": False, "C": True, "A": True, "D": False,
                     "h0": True, "y": False}
+    # B and C may come with a row per block of channels: their divisors follow C, N, L
+    assert [(a["name"], a["role"]) for a in built.args[8:13]] == [
+        ("C", "size"), ("N", "size"), ("L", "size"), ("B", "rowmap"), ("C", "rowmap")]
     every = build_module(form_of(MAMBA), validate("blelloch", "cuda", block_size=256,
                                                   outputs="all"))
     assert [a["name"] for a in every.args if a["role"] == "output"] == ["h", "y"]

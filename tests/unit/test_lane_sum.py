@@ -37,6 +37,9 @@ PLAIN_SUM = ("h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + B[t, n] * x[t]\n"
 TWO_READOUTS = ("h[t, n] = a[t, n] * h[t-1, n] + x[t]\n"
                 "y[t] = sum(C[t, n] * h[t, n]) * z[t] + 0.5 * sum(w * h[t, n])\n"
                 "u[t] = sum(E[n] * h[t, n]) + x[t]")
+#: functions of a channel's inputs alone inside the element: computed once per channel
+CHANNEL_FUNCTIONS = ("h[t, n] = exp(exp(g[t]) * A[n]) * h[t-1, n] + tanh(u[t]) * B[t, n]\n"
+                     "y[t] = sum(C[t, n] * h[t, n]) / (1 + exp(u[t]))")
 RTOL = 1e-4
 #: tiles of 32 x 2 steps, chunks as short as one tile
 SMALL: dict[str, Any] = {"block_size": 32, "elements_per_thread": 2, "chunk_tiles": 1}
@@ -64,8 +67,8 @@ def inputs(text: str, C: int, N: int, L: int, seed: int) -> dict[str, np.ndarray
     for name in (*rec.inputs, *rec.params):
         shape = ((C, N) if name in rec.lane_names else (C,)) + (
             (L,) if name in rec.inputs else ())
-        if name == "dt":
-            v = rng.uniform(0.01, 0.2, shape)
+        if name in ("dt", "g"):
+            v = rng.uniform(0.01, 0.2, shape) if name == "dt" else rng.uniform(-3, 0, shape)
         elif name == "A":
             v = -rng.uniform(0.1, 2.0, shape)
         elif name == "a":
@@ -151,6 +154,29 @@ def test_other_lane_sums(text: str, strategy: str, N: int, L: int) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
+@pytest.mark.parametrize("outputs", ["readouts", "all", "states"])
+def test_channel_values(strategy: str, outputs: str) -> None:
+    """What a channel's lanes share (exp(g), tanh(u): functions of its inputs alone) is
+    computed once per (channel, step) and read by every lane; with or without a readout."""
+    check(CHANNEL_FUNCTIONS, strategy, 4, 6, 150, outputs)
+    check(MAMBA, strategy, 3, 16, 100, outputs)
+
+
+def test_the_channel_values_of_the_presets() -> None:
+    from explorer.codegen.hoist import split_channel
+
+    mamba = split_channel(decompose(Recurrence.parse(MAMBA)), ())
+    assert [str(e) for _, e in mamba.values] == ["log(exp(dt + dt_bias) + 1)"]   # softplus
+    assert mamba.lane_inputs == ("B",) and mamba.channel_inputs == ("x",)
+    assert mamba.channel_raw == ("dt", "x")
+    # a multiply is left to the lanes: a value costs a staged array
+    plain = split_channel(decompose(Recurrence.parse(SELECTIVE)), ())
+    assert plain.values == () and plain.channel_inputs == ("dt", "x")
+    own = split_channel(decompose(Recurrence.parse(CHANNEL_FUNCTIONS)), ())
+    assert sorted(str(e) for _, e in own.values) == ["exp(g)", "tanh(u)"]
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
 def test_reverse_scan_with_a_lane_sum(strategy: str) -> None:
     check(SELECTIVE, strategy, 3, 4, 150, reverse=True)
     check(SELECTIVE, strategy, 3, 4, 150, outputs="all", reverse=True)
@@ -228,3 +254,50 @@ def test_plan_records_the_choice() -> None:
         assert scan.channels == channels
     _, _, plan = built(SELECTIVE, "sequential", "states")
     assert plan.stored == ("h",) and plan.lane_sum is None
+
+
+# -- inputs shared by blocks of channels ---------------------------------------------------------
+@pytest.mark.parametrize(("strategy", "grid"), PLANS)
+@pytest.mark.parametrize("outputs", ["readouts", "all"])
+def test_inputs_read_with_a_row_per_batch_row(strategy: str, grid: str, outputs: str) -> None:
+    """Mamba's layout: B and C per batch row, (batch, N, L), beside x and dt per channel,
+    (batch, D, L): the kernels read B and C where they are (row c // D), no copy per channel."""
+    batch, D, N, L = 3, 5, 6, 90
+    C = batch * D
+    module, kernels, _ = built(SELECTIVE, strategy, outputs, grid)
+    assert {a.name for a in kernels[0].args if a.role == "rowmap"} == {"B", "C"}
+    rng = np.random.default_rng(9)
+    arrays = {"dt": rng.uniform(0.01, 0.2, (C, L)), "x": rng.uniform(-1, 1, (C, L)),
+              "A": -rng.uniform(0.1, 2.0, (C, N)), "D": rng.uniform(-1, 1, (C,)),
+              "B": rng.uniform(-1, 1, (batch, N, L)), "C": rng.uniform(-1, 1, (batch, N, L))}
+    arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
+    per_channel = {k: (np.repeat(v, D, axis=0) if k in ("B", "C") else v)
+                   for k, v in arrays.items()}
+    want = ex.reference(SELECTIVE, **per_channel)
+    for run in (launch_cpu_kernels, run_cpu):
+        out = run(module, kernels, arrays, C, N, L, row_div={"B": D, "C": D})
+        for name, value in out.items():
+            close(value, want[name])
+    with pytest.raises(ValueError, match="do not divide"):
+        run_cpu(module, kernels, arrays, C, N, L, row_div={"B": 4, "C": 4})
+
+
+def test_marshal_keeps_a_row_per_block_of_channels() -> None:
+    """An input broadcast over trailing batch axes keeps its rows (no copy per channel); any
+    other broadcast is laid out per channel, as before."""
+    from explorer.runtime.shapes import ArgSpec, marshal, shared_rows
+
+    assert shared_rows((8, 1), (8, 1536)) == 1536
+    assert shared_rows((1, 1), (8, 1536)) == 8 * 1536
+    assert shared_rows((8, 1536), (8, 1536)) == 1
+    assert shared_rows((1, 1536), (8, 1536)) is None
+    specs = [ArgSpec("x", True, False), ArgSpec("B", True, True), ArgSpec("A", False, True)]
+    x = np.zeros((2, 3, 7), np.float32)
+    B = np.arange(2 * 4 * 7, dtype=np.float32).reshape(2, 1, 4, 7)
+    A = np.zeros((3, 4), np.float32)
+    m = marshal(specs, {"x": x, "B": B, "A": A}, vector=True, shared=["B"])
+    assert (m.C, m.N, m.L) == (6, 4, 7) and m.row_div == {"B": 3}
+    assert m.arrays["B"].shape == (2, 4, 7) and np.array_equal(m.arrays["B"], B[:, 0])
+    assert m.arrays["A"].shape == (6, 4)      # a parameter: per channel
+    again = marshal(specs, {"x": x, "B": B, "A": A}, vector=True)
+    assert again.row_div == {} and again.arrays["B"].shape == (6, 4, 7)

@@ -1,20 +1,28 @@
-// The lane loop: the scan kernel has a workgroup row of the tile for the lane terms (the last
-// of its workgroup arrays); per tile it loops over the lanes (a whole block scan each), then
-// writes y and clears the row; the launcher gives it C * chunks blocks (channels, not lanes),
-// while the reduce and carry kernels still run C * N sequences.
+// The lane loop: the kernels take no h (8 arrays), the sizes and the row divisors of B and C
+// (a row per block of channels); the scan kernel's workgroup arrays are the lane inputs' stage (B, C), the tree's
+// aggregates, the channel's shared rows of the tile (dt, x: staged once for all its lanes) and
+// a row for the lane terms. Per tile: the channel's rows, a barrier, then a loop over the lanes
+// (a whole block scan each, the next lane's tile loaded while it runs: carried in the loops),
+// adding each lane's terms into the last row; then y is written and the row cleared. The
+// launcher gives the scan kernel C * chunks blocks (channels, not lanes), while the reduce and
+// carry kernels still run C * N sequences.
 // RUN: scan-lower  recurrence="h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\ny[t] = sum(C[t, n] * h[t, n]) + D * x[t]" strategy=blelloch block_size=32 elements_per_thread=2
 // CHECK: gpu.func @scanweaver_blelloch_reduce(
-// CHECK: gpu.func @scanweaver_blelloch(%arg0: memref<f32>{{.*}}, %arg7: memref<f32>{{[^,]*}}, %arg8: i64{{.*}} %arg20 : memref<66xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}{{[^,]*}}) kernel
+// CHECK: gpu.func @scanweaver_blelloch(%arg0: memref<f32>{{.*}}, %arg7: memref<f32>{{[^,]*}}, %arg8: i64{{.*}} %arg11: i64{{.*}} %arg12: i64{{.*}} %arg20 : memref<66xf32, {{.*}} %arg21 : memref<66xf32, {{.*}} %arg22 : memref<66xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}{{[^,]*}}) kernel
+// CHECK: [[N:%[0-9]+]] = arith.index_cast %arg9 : i64 to index
+// CHECK: scf.for {{.*}} iter_args
+// CHECK: memref.store {{.*}}, %arg20
+// CHECK: memref.store {{.*}}, %arg21
 // CHECK: gpu.barrier
-// CHECK: scf.for
-// CHECK: scf.for %{{.*}} = %c0{{.*}} to %1 step
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to [[N]] step {{.*}} iter_args
 // CHECK: scf.for {{.*}} iter_args
 // CHECK: gpu.barrier
 // CHECK: memref.load %arg20
-// CHECK: arith.addf
-// CHECK: memref.store {{.*}}, %arg20
-// CHECK: memref.load %arg20
-// CHECK: memref.store %cst{{.*}}, %arg20
+// CHECK: memref.load %arg22
+// CHECK-NEXT: arith.addf
+// CHECK: memref.store {{.*}}, %arg22
+// CHECK: memref.load %arg22
+// CHECK: memref.store %cst{{.*}}, %arg22
 // CHECK: gpu.barrier
 // CHECK: func.func @scanweaver_launch
 // CHECK: arith.muli %0, %1 : index
