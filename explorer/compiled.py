@@ -72,8 +72,9 @@ class Compiled:
     # -- views ---------------------------------------------------------------------------------
     def term_lines(self) -> dict[str, dict[str, list[int]]]:
         """For each recurrence term (``"line:col"``), the lines it became: of the IR after
-        each pass that recorded them (ours, and the kernels' final LLVM dialect), and of the
-        PTX (``"ptx"``, from its ``.loc`` lines). Line numbers count from 0."""
+        each pass (ours and upstream; a record read from a file of an older compiler may have
+        them for some passes only), and of the PTX (``"ptx"``, from its ``.loc`` lines). Line
+        numbers count from 0."""
         out: dict[str, dict[str, list[int]]] = {}
         for p in self.passes:
             for term, lines in p.locations.items():

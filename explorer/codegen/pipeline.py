@@ -3,10 +3,13 @@
 The pipeline runs one pass at a time, each through its own ``PassManager``, and records the IR
 after every pass (:class:`PassRecord`), printed by MLIR's own IR printer into a private folder
 (``tree_printing_dir_path``) and read back: half the time of ``str(module)``, which hands the
-text to Python in tens of thousands of pieces. An upstream pass's module is printed only when
-MLIR's fingerprint of it changed (``print_after_change``), and the printer's verification of
-what it prints stands for the verifier after the pass; a pass that changed nothing keeps the
-text before it. A pass's time is the pass's alone, without the printing (or, upstream, the
+text to Python in tens of thousands of pieces. The module is printed with its locations, once:
+:func:`explorer.codegen.locations.split_locations` makes of it the text that is shown (as
+``str(module)`` prints it) and the lines each recurrence term became after that pass. An
+upstream pass's module is printed only when MLIR's fingerprint of it (locations included)
+changed (``print_after_change``), and the printer's verification of what it prints stands for
+the verifier after the pass; a pass that changed nothing keeps the text and the term lines
+before it. A pass's time is the pass's alone, without the printing (or, upstream, the
 verifying) after it. Nothing is written to file descriptor 2 of the process (a notebook
 kernel's): the diagnostics go to a handler attached to the context.
 
@@ -37,7 +40,7 @@ from mlir.ir import Context, Location, Module
 from mlir.passmanager import PassManager
 
 from explorer.codegen.contract import BuiltModule
-from explorer.codegen.locations import split_locations
+from explorer.codegen.locations import SeenLines, split_locations
 from explorer.codegen.options import Options
 from explorer.codegen.records import PassRecord
 from explorer.errors import CompileError, OptionError, Reproducer
@@ -320,10 +323,20 @@ def _load_dialects(steps: list[Step]) -> bool:
     return True
 
 
-def _run_upstream(module: Module, step: Step, printer: _Printer | None, located: bool
+def _generic(printed: str) -> bool:
+    """Whether ``printed`` holds the module in the generic form (after its alias definitions)."""
+    start = 0
+    while printed.startswith(("#", "!"), start):
+        start = printed.find("\n", start) + 1
+        if start == 0:
+            return False
+    return printed.startswith(_GENERIC_MODULE, start)
+
+
+def _run_upstream(module: Module, step: Step, printer: _Printer | None
                   ) -> tuple[float, str | None]:
-    """Run an upstream pass: its time, and the IR after it, None when the pass did not change
-    the module (with ``located``: always printed, with locations).
+    """Run an upstream pass: its time, and the IR after it with its locations, None when the
+    pass did not change the module.
 
     The pass runs in a ``PassManager`` of its own, run and timed by a Python pass of an outer
     one. The outer manager's IR printer prints once the Python pass has returned, so the pass's
@@ -339,7 +352,7 @@ def _run_upstream(module: Module, step: Step, printer: _Printer | None, located:
         t0 = time.perf_counter()
         inner.run(module.operation)
         seconds = time.perf_counter() - t0
-        return seconds, module.operation.get_asm(enable_debug_info=located)
+        return seconds, module.operation.get_asm(enable_debug_info=True)
 
     # the printer verifies the module it prints (and prints an invalid one in the generic form,
     # checked below), and a module whose fingerprint did not change is as valid as before
@@ -359,7 +372,7 @@ def _run_upstream(module: Module, step: Step, printer: _Printer | None, located:
     outer = PassManager()
     outer.add(timed, step.name)
     outer.enable_verifier(False)
-    printer.attach(outer, located, only_change=not located)
+    printer.attach(outer, locations=True, only_change=True)
     try:
         outer.run(module.operation)
     except Exception:
@@ -368,7 +381,7 @@ def _run_upstream(module: Module, step: Step, printer: _Printer | None, located:
     if isinstance(outcome[0], Exception):
         raise outcome[0]
     printed = printer.take()
-    if printed is not None and printed.startswith(_GENERIC_MODULE):
+    if printed is not None and _generic(printed):
         module.operation.verify()   # raises the verifier's diagnostics
         raise RuntimeError(f"the module after {step.name} did not print in its custom form")
     return outcome[0], printed
@@ -411,11 +424,10 @@ def lower(built: BuiltModule | str, options: Options,
             except OSError:
                 printer = None
         try:
+            located: dict[str, list[int]] = {}
+            seen: SeenLines = {}     # the lines printed so far, taken apart
             for step in steps:
                 diagnostics.clear()
-                # printed with locations (which split_locations takes off again): only where
-                # they matter most
-                located_step = step.run is not None or step.name == _KERNEL_LLVM_AFTER
                 try:
                     if step.run is not None:
                         pm = PassManager()
@@ -427,7 +439,7 @@ def lower(built: BuiltModule | str, options: Options,
                             printer.print(module, locations=True) if printer is not None
                             else module.operation.get_asm(enable_debug_info=True))
                     else:
-                        seconds, printed = _run_upstream(module, step, printer, located_step)
+                        seconds, printed = _run_upstream(module, step, printer)
                 except OptionError:
                     raise   # a plan the options asked for cannot be built: said as such
                 except CompileError as err:
@@ -439,13 +451,10 @@ def lower(built: BuiltModule | str, options: Options,
                     diag = "\n".join([*diagnostics, f"{type(err).__name__}: {err}"])
                     raise _fail(f"pass {step.name} failed", step, diag, before,
                                 options) from None
-                located: dict[str, list[int]] = {}
-                if printed is None:        # the pass changed nothing
+                if printed is None:        # the pass changed nothing: nor its locations
                     after = before
-                elif located_step:
-                    after, located = split_locations(printed)
                 else:
-                    after = printed
+                    after, located = split_locations(printed, seen)
                 changed = after != before
                 records.append(PassRecord(step.name, after if changed else before, seconds,
                                           changed, step.pipeline, located))

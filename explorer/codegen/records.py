@@ -14,6 +14,6 @@ class PassRecord:
     seconds: float
     changed: bool
     pipeline: str = ""     # the textual pipeline that ran it (``builtin.module(...)``)
-    #: the lines of ``ir`` each recurrence term ("line:col") became, for the passes whose
-    #: IR is printed with its locations (ours, and the kernels' final LLVM dialect)
+    #: the lines of ``ir`` each recurrence term ("line:col") became (the pipeline prints the
+    #: IR after every pass with its locations and takes them off again)
     locations: dict[str, list[int]] = field(default_factory=dict)

@@ -29,9 +29,9 @@ The IR after each pass is stored as line edits against the IR before it (or, aft
 was left out, against the IR of pass ``base``), and a stage whose text is a pass's IR names the
 pass. In a notebook (``explorer.widget.bundle.mime_bundle``) the texts are packed, which makes
 the record about a twelfth of the texts it holds, and the IR of passes past
-:data:`PASS_IR_BUDGET` is left out (the passes that carry locations are always kept); the
-snapshot keeps everything. ``locations`` is the compiler's own record (``Compiled.term_lines``),
-stored as it is, for linking each recurrence term to the lines it became; ``terms`` says where
+:data:`PASS_IR_BUDGET` is left out (and their lines in ``locations`` with it); the snapshot
+keeps everything. ``locations`` is the compiler's own record (``Compiled.term_lines``), stored
+as it is, for linking each recurrence term to the lines it became; ``terms`` says where
 each of its terms is written (the parser's spans), so the extension marks exactly those
 characters.
 """
@@ -56,7 +56,7 @@ PACKING = "gzip+base64"
 #: characters of pass IR (the lines each pass's edits insert, before packing) a notebook's saved
 #: output keeps; passes past it keep their name, time and size but not their IR. The presets'
 #: pipelines insert 1.2-1.5 MB (about 0.2 MB packed), so they keep every pass; a recurrence
-#: whose IR is ten times larger keeps its first passes and those with locations.
+#: whose IR is ten times larger keeps its first passes.
 PASS_IR_BUDGET = 4_000_000
 
 Edit = list[Any]  # [keep, drop, inserted lines]
@@ -180,11 +180,10 @@ def _graphs(compiled: Any) -> dict[str, str]:
     return {name: svg for name, svg in drawn.items() if svg is not None}
 
 
-def _pass_records(compiled: Any, pass_input: str | None, locations: dict[str, Any] | None,
+def _pass_records(compiled: Any, pass_input: str | None,
                   ir_budget: int | None) -> list[dict[str, Any]]:
     """A record per pass: its IR as edits against the last IR kept, or, past ``ir_budget``
-    characters of inserted lines, left out (the passes that carry locations are always kept)."""
-    located = {name for record in (locations or {}).values() for name in record}
+    characters of inserted lines, left out."""
     kept = compiled.stages[pass_input].text if pass_input else ""
     base = -1  # the pass whose IR is ``kept`` (-1: the input)
     spent = 0
@@ -195,8 +194,7 @@ def _pass_records(compiled: Any, pass_input: str | None, locations: dict[str, An
                                   "pipeline": getattr(p, "pipeline", "")}
         edits = line_edits(kept, p.ir)
         cost = sum(len(line) + 1 for _, _, insert in edits for line in insert)
-        if (ir_budget is not None and edits and spent + cost > ir_budget
-                and p.name not in located):
+        if ir_budget is not None and edits and spent + cost > ir_budget:
             record["omitted"] = {"lines": p.ir.count("\n") + 1, "chars": len(p.ir)}
         else:
             record["edits"] = edits
@@ -231,8 +229,13 @@ def compile_record(compiled: Any, measurements: Iterable[Any] | None = None,
         else:
             record["text"] = stage.text
         stage_records.append(record)
+    pass_records = _pass_records(compiled, pass_input, ir_budget)
     locations = _locations(compiled)
-    pass_records = _pass_records(compiled, pass_input, locations, ir_budget)
+    omitted = {p["name"] for p in pass_records if "omitted" in p}
+    if locations and omitted:   # lines of IR that was not kept link to nothing
+        locations = {term: {code: lines for code, lines in record.items()
+                            if code not in omitted}
+                     for term, record in locations.items()}
     pictures = _graphs(compiled) if graphs else {}
     return {
         "format": FORMAT,

@@ -9,9 +9,9 @@ start, as on a machine without the notebook's kernel. Checks: both files open in
 highlighted tokens; the notebook, opened with no kernel, shows the stages, steps
 through the passes with diffs, and draws the scan tree and the timing plot; in a second saved
 notebook (the selective scan) a click on a term of the recurrence marks the ops of the pass shown
-and the PTX lines it became, and a click on a PTX line names its term. (The HTML snapshot, which
-draws the same view from disk, is tested in ``test_snapshot_browser.py``.) Screenshots go to
-``test-output/browser/``.
+(one of ours, and an upstream one) and the PTX lines it became, and a click on a PTX line names
+its term. (The HTML snapshot, which draws the same view from disk, is tested in
+``test_snapshot_browser.py``.) Screenshots go to ``test-output/browser/``.
 """
 
 from __future__ import annotations
@@ -287,7 +287,8 @@ def _count(lines: list[int]) -> int:
 def test_a_term_marks_its_ops_and_ptx_lines(lab_root: Path, extension_lab: str, page: Any,
                                             output_dir: Path) -> None:
     """Click x[t] of the selective scan: its ops in scan-lower and its PTX lines are marked,
-    with their counts; a click on a PTX line names the term it came from."""
+    with their counts; a click on a PTX line names the term it came from; after an upstream
+    pass (convert-gpu-to-nvvm) x[t] marks the LLVM dialect ops it became."""
     import explorer as ex
 
     compiled = ex.compile(ex.PRESETS["selective scan"])  # the notebook's compile (cached)
@@ -355,15 +356,26 @@ def test_a_term_marks_its_ops_and_ptx_lines(lab_root: Path, extension_lab: str, 
     assert ptx.locator(".sw-line.sw-linked").count() == _count(dt["ptx"])
     assert "sw-line-picked" in (line.get_attribute("class") or "")
 
-    # a pass without a location map says so
+    # an upstream pass: x[t] marks the ops it became there, in the LLVM dialect
     panel = _tab(page, "MLIR")
-    unlocated = next(i for i, p in enumerate(compiled.passes) if p.name not in where["1:1"])
-    panel.locator(".sw-pass-select").select_option(str(unlocated))
+    nvvm = "convert-gpu-to-nvvm"
+    panel.locator(".sw-pass-select").select_option(str([p.name for p in compiled.passes]
+                                                       .index(nvvm)))
+    assert panel.locator(".sw-pass-links").inner_text().startswith("locations recorded")
+    term.click()
+    assert "sw-term-pinned" in (term.get_attribute("class") or "")
+    assert info.inner_text().startswith(f"x[t]: {_count(x[nvvm])} ops in {nvvm}, ")
+    marked = panel.locator(".sw-pass-code .sw-line.sw-linked")
+    lines = [int(n) for n in marked.evaluate_all("(ls) => ls.map((l) => l.dataset.line)")]
+    assert lines == sorted(i + 1 for i in set(x[nvvm]))
+    texts = marked.all_inner_texts()
+    assert any("llvm.load" in t for t in texts) and not any("memref." in t for t in texts)
+    view.screenshot(path=str(output_dir / "48-term-ops-upstream-pass.png"))
+
+    # the IR before the passes has no location map: it says so, and names the passes that have
+    panel.locator(".sw-pass-select").select_option("-1")
     assert panel.locator(".sw-pass-links").inner_text().startswith(
-        "no locations recorded for this pass")
-    header.locator(".sw-term[data-term='2:33']").hover()
-    assert "no locations recorded for this pass" in info.inner_text()
-    assert info.inner_text().startswith("D: ")
+        "no locations recorded for the IR before the passes")
     assert panel.locator(".sw-line.sw-linked").count() == 0
     # its links jump to a pass that has one
     panel.locator(".sw-pass-jump", has_text="scan-lower").click()

@@ -210,10 +210,18 @@ def test_notebook_record_is_packed_and_built_once(compiled: Any, measurements: A
 
 
 def test_passes_past_the_budget_keep_no_ir(compiled: Any) -> None:
-    located = {name for record in compiled.term_lines().values() for name in record}
-    record = B.compile_record(compiled, graphs=False, ir_budget=20_000)
+    # a budget that leaves out a pass and keeps one after it (stored against the last kept)
+    for budget in (20_000, 50_000, 100_000, 150_000, 250_000, 400_000):
+        record = B.compile_record(compiled, graphs=False, ir_budget=budget)
+        if any("base" in p for p in record["passes"]):
+            break
     omitted = [p["name"] for p in record["passes"] if "omitted" in p]
+    # the lines of the passes left out go with their IR; the others stay as compiled
+    located = {name for lines in record["locations"].values() for name in lines}
     assert omitted and not set(omitted) & located
+    for term, lines in record["locations"].items():
+        assert lines == {code: found for code, found in compiled.term_lines()[term].items()
+                         if code not in omitted}
     texts, irs = B._stage_texts(B.pack(record))
     for p, stored, ir in zip(compiled.passes, record["passes"], irs):
         if "omitted" in stored:

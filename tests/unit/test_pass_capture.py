@@ -1,11 +1,12 @@
 """The pipeline's record of every pass against the plainest capture there is.
 
 The oracle below runs each pass through a ``PassManager`` of its own and prints the whole module
-with ``str(module)`` after every pass (with its locations, through
-:func:`explorer.codegen.locations.split_locations`, where the pipeline records them): what the
-pipeline did until it printed natively and only after a change. Whatever way the pipeline
-captures the IR, every record must say the same as the oracle: the same passes, IR texts,
-changed flags, pipelines and term locations, and the same LLVM IR, PTX and final module.
+after every pass twice with Python: ``str(module)``, the text shown, and with its locations,
+from which a plain line-by-line reading (:func:`reference_terms`, independent of
+:func:`explorer.codegen.locations.split_locations`) takes the lines each recurrence term became.
+Whatever way the pipeline captures the IR, every record must say the same as the oracle: the
+same passes, IR texts, changed flags, pipelines and term locations, and the same LLVM IR, PTX
+and final module.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed"
 from explorer.codegen.locations import split_locations  # noqa: E402
 from explorer.codegen.options import validate  # noqa: E402
 from explorer.codegen.pipeline import (  # noqa: E402
-    _KERNEL_LLVM_AFTER,
     Lowered,
     Step,
     cpu_steps,
@@ -29,6 +29,7 @@ from explorer.codegen.pipeline import (  # noqa: E402
     scan_steps,
 )
 from explorer.dialect.build import build_scan  # noqa: E402
+from explorer.dialect.scan import SOURCE  # noqa: E402
 from explorer.frontend.recurrence import Recurrence  # noqa: E402
 from explorer.passes.state import ScanState  # noqa: E402
 from explorer.presets import PRESETS  # noqa: E402
@@ -47,9 +48,42 @@ def _steps(rec: Recurrence, strategy: str, target: str, **options: Any) -> list[
     return scan_steps(ScanState(rec, opts)) + upstream
 
 
+def reference_terms(asm: str) -> dict[str, list[int]]:
+    """The lines of the module's plain text that each recurrence term became, read from ``asm``
+    (printed with locations) one line at a time: alias definitions are no lines of the plain
+    text, nor are the attribute aliases printed after the module; a line belongs to the terms
+    of its last location, followed through aliases and fused locations."""
+    aliases: dict[str, str] = {}
+    body = []
+    for line in asm.splitlines():
+        m = re.fullmatch(r"(#loc\d*) = loc\((.*)\)", line)
+        if m:
+            aliases[m.group(1)] = m.group(2)
+        else:
+            body.append(line)
+    while body and (not body[-1].strip() or body[-1].startswith("#")):
+        body.pop()
+    while body and not body[0].strip():
+        body.pop(0)
+
+    def terms(loc: str, depth: int = 0) -> list[str]:
+        found = [f"{a}:{b}" for a, b in re.findall(rf'"{SOURCE}":(\d+):(\d+)', loc)]
+        for ref in re.findall(r"#loc\d*", loc):
+            if ref in aliases and depth < 8:
+                found += terms(aliases[ref], depth + 1)
+        return found
+
+    out: dict[str, list[int]] = {}
+    for index, line in enumerate(body):
+        uses = re.findall(r" loc\((#loc\d*|(?:[^()]|\([^()]*\))*)\)", line)
+        for term in dict.fromkeys(terms(uses[-1]) if uses else []):
+            out.setdefault(term, []).append(index)
+    return out
+
+
 def oracle(text: str, steps: list[Step]) -> tuple[list[dict[str, Any]], str]:
-    """Every pass run alone and the module printed with ``str`` after each: the records (less
-    their times) and the final module."""
+    """Every pass run alone and the module printed by Python after each, without and with its
+    locations: the records (less their times) and the final module."""
     from mlir.ir import Context, Location, Module
     from mlir.passmanager import PassManager
 
@@ -67,16 +101,14 @@ def oracle(text: str, steps: list[Step]) -> tuple[list[dict[str, Any]], str]:
             else:
                 pm = PassManager.parse(step.pipeline)
             pm.run(module.operation)
-            located: dict[str, list[int]] = {}
-            if step.run is not None or step.name == _KERNEL_LLVM_AFTER:
-                after, located = split_locations(
-                    module.operation.get_asm(enable_debug_info=True))
-            else:
-                after = str(module)
+            after = str(module)
+            with_locations = module.operation.get_asm(enable_debug_info=True)
+            # the text shown is the module without its locations, as str() prints it
+            assert split_locations(with_locations)[0] == after, step.name
             changed = after != before
             records.append({"name": step.name, "ir": _timeless(after if changed else before),
                             "changed": changed, "pipeline": step.pipeline,
-                            "locations": located})
+                            "locations": reference_terms(with_locations)})
             before = after
     return records, before
 
@@ -170,7 +202,7 @@ def test_an_upstream_pass_that_leaves_invalid_ir_fails() -> None:
         try:
             with pytest.raises(MLIRError, match="have same type"):
                 _run_upstream(module, Step("symbol-privatize", "builtin.module(symbol-privatize)"),
-                              printer, located=False)
+                              printer)
         finally:
             printer.close()
 
