@@ -13,8 +13,15 @@ processes (medians over them, so that other work on the machine shows less):
 * ``memory`` and ``disk``: the same compile from the in-memory cache and from the disk cache as a
   new process finds it (the entry written by the background writer).
 
+Python compiles a module's source to bytecode when it finds none cached beside it, and where
+``PYTHONDONTWRITEBYTECODE`` is set (as on our development machines) it does so again in every
+process: ``first`` and ``disk`` then include compiling explorer's own modules (about 0.1 s).
+``--bytecode`` measures as an installed package runs instead: every module's bytecode is
+written once, into a folder of the run's own (``PYTHONPYCACHEPREFIX``), before the timed
+processes, which read it from there.
+
     python bench/compile_speed.py [--repeat 5] [--processes 3] [--chip sm_90]
-                                  [--case "affine scan"] [--strategy blelloch]
+                                  [--case "affine scan"] [--strategy blelloch] [--bytecode]
 """
 
 from __future__ import annotations
@@ -79,16 +86,35 @@ def _run(code: str, *argv: str, env: dict[str, str]) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def measure(text: str, strategy: str, chip: str, repeat: int, processes: int
-            ) -> dict[str, float]:
+def _environment(cache: str, bytecode: str | None) -> dict[str, str]:
+    env = dict(os.environ, SCANWEAVER_CACHE=cache,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
+                                                        os.environ.get("PYTHONPATH")])))
+    if bytecode is not None:
+        env["PYTHONPYCACHEPREFIX"] = bytecode
+    return env
+
+
+def write_bytecode(folder: str, text: str, strategy: str, chip: str) -> None:
+    """Run what the timed processes run, once, with bytecode written into ``folder``: every
+    module they import then has its bytecode there (the standard library's too, which Python
+    looks for in that folder alone once it is set)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = _environment(cache, folder)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        _run(_CHILD, text, strategy, chip, "1", env=env)
+        _run(_DISK, text, strategy, chip, env=env)
+
+
+def measure(text: str, strategy: str, chip: str, repeat: int, processes: int,
+            bytecode: str | None = None) -> dict[str, float]:
     """Medians over ``processes`` fresh processes (``uncached`` and its parts: of the median
-    run of all of them)."""
+    run of all of them); ``bytecode``: the folder of every module's bytecode, None to leave
+    Python as it is set up."""
     firsts, runs, memory, disk = [], [], [], []
     for _ in range(processes):
         with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, SCANWEAVER_CACHE=cache,
-                       PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
-                                                  os.environ.get("PYTHONPATH")])))
+            env = _environment(cache, bytecode)
             r = json.loads(_run(_CHILD, text, strategy, chip, str(repeat), env=env))
             disk.append(float(_run(_DISK, text, strategy, chip, env=env)))
         firsts.append(r["first"])
@@ -111,16 +137,25 @@ def main() -> None:
                     help="only this case (again for more)")
     ap.add_argument("--strategy", action="append", choices=STRATEGIES,
                     help="only this strategy (again for more)")
+    ap.add_argument("--bytecode", action="store_true",
+                    help="with every module's bytecode written before, as installed")
     args = ap.parse_args()
     print(f"{'case':<16}{'strategy':<13}{'first':>8}{'uncached':>10}{'cpu':>7}{'ours':>7}"
           f"{'upstream':>10}{'backend':>9}{'rest':>7}{'memory':>9}{'disk':>8}   (seconds, "
-          f"medians of {args.processes} processes x {args.repeat} runs)")
-    for name in args.case or CASES:
-        for strategy in args.strategy or STRATEGIES:
-            r = measure(CASES[name], strategy, args.chip, args.repeat, args.processes)
-            print(f"{name:<16}{strategy:<13}{r['first']:8.3f}{r['uncached']:10.3f}"
-                  f"{r['cpu']:7.3f}{r['ours']:7.3f}{r['upstream']:10.3f}{r['backend']:9.3f}"
-                  f"{r['rest']:7.3f}{r['memory']:9.5f}{r['disk']:8.4f}", flush=True)
+          f"medians of {args.processes} processes x {args.repeat} runs"
+          f"{', bytecode written before' if args.bytecode else ''})")
+    with tempfile.TemporaryDirectory() as folder:
+        bytecode = folder if args.bytecode else None
+        for name in args.case or CASES:
+            for strategy in args.strategy or STRATEGIES:
+                if bytecode is not None:
+                    write_bytecode(bytecode, CASES[name], strategy, args.chip)
+                r = measure(CASES[name], strategy, args.chip, args.repeat, args.processes,
+                            bytecode)
+                print(f"{name:<16}{strategy:<13}{r['first']:8.3f}{r['uncached']:10.3f}"
+                      f"{r['cpu']:7.3f}{r['ours']:7.3f}{r['upstream']:10.3f}"
+                      f"{r['backend']:9.3f}{r['rest']:7.3f}{r['memory']:9.5f}"
+                      f"{r['disk']:8.4f}", flush=True)
 
 
 if __name__ == "__main__":
