@@ -92,7 +92,8 @@ def _key(text: str, options: dict[str, Any]) -> str:
 def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
              t_parse: float) -> Compiled:
     from explorer.codegen.locations import split_locations
-    from explorer.codegen.pipeline import cpu_steps, cuda_steps, lower, scan_steps
+    from explorer.codegen.pipeline import lower
+    from explorer.codegen.steps import cpu_steps, cuda_steps, scan_steps
     from explorer.dialect.build import build_scan
     from explorer.passes.plan import outputs_text
     from explorer.passes.state import ScanState

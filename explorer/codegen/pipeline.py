@@ -31,7 +31,6 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,9 +39,10 @@ from mlir.ir import Context, Location, Module, WalkResult
 from mlir.passmanager import PassManager
 
 from explorer.codegen.contract import BuiltModule
-from explorer.codegen.locations import SeenLines, split_locations
+from explorer.codegen.locations import split_locations
 from explorer.codegen.options import Options
 from explorer.codegen.records import PassRecord
+from explorer.codegen.steps import Step, cpu_steps, cuda_steps, top
 from explorer.errors import CompileError, OptionError, Reproducer
 
 
@@ -57,100 +57,6 @@ class Lowered:
     seconds: float = 0.0
     kernel_names: list[str] = field(default_factory=list)
     llvm_seconds: float = 0.0   # translating the LLVM dialect to LLVM IR
-
-
-@dataclass(frozen=True)
-class Step:
-    """A pass as shown to people (``name``) and as run: an upstream ``pipeline``, or one of our
-    passes written in Python (``run(op, pass_)``, added with ``PassManager.add``)."""
-
-    name: str
-    pipeline: str
-    run: Callable[[Any, Any], None] | None = field(default=None, compare=False)
-
-
-def scan_steps(state: Any) -> list[Step]:
-    """Our passes, in order: decompose the recurrence, choose the plan, lower the plan."""
-    from explorer.passes import decompose, lower, plan
-
-    return [Step(m.NAME, _top(m.NAME), m.make(state)) for m in (decompose, plan, lower)]
-
-
-def _top(p: str) -> str:
-    return f"builtin.module({p})"
-
-
-def _gpu(p: str) -> str:
-    return f"builtin.module(gpu.module({p}))"
-
-
-def _cleanup() -> list[Step]:
-    """Fold constants and drop unused values first, so later passes show only their own work."""
-    return [Step("canonicalize (input)", _top("canonicalize")), Step("cse (input)", _top("cse"))]
-
-
-def cuda_steps(options: Options) -> list[Step]:
-    """The passes of ``gpu-lower-to-nvvm-pipeline`` for ``options``, in order."""
-    from explorer.codegen.ptxas import find_libdevice
-
-    libdevice = find_libdevice()
-    link = f" l={libdevice}" if libdevice else ""
-    target = (f"nvvm-attach-target{{chip={options.chip} features={options.ptx_features} "
-              f"O={options.opt_level}{link}}}")
-    return [
-        *_cleanup(),
-        Step("convert-nvgpu-to-nvvm", _top("convert-nvgpu-to-nvvm")),
-        Step("gpu-kernel-outlining", _top("gpu-kernel-outlining")),
-        Step("convert-vector-to-scf", _top("convert-vector-to-scf")),
-        Step("convert-scf-to-cf", _top("convert-scf-to-cf")),
-        Step("convert-nvvm-to-llvm", _top("convert-nvvm-to-llvm")),
-        Step("convert-func-to-llvm", _top("convert-func-to-llvm")),
-        Step("expand-strided-metadata", _top("expand-strided-metadata")),
-        Step("nvvm-attach-target", _top(target)),
-        Step("lower-affine", _top("lower-affine")),
-        Step("convert-arith-to-llvm", _top("convert-arith-to-llvm")),
-        Step("convert-index-to-llvm", _top("convert-index-to-llvm{index-bitwidth=64}")),
-        Step("canonicalize", _top("canonicalize")),
-        Step("cse", _top("cse")),
-        Step("convert-gpu-to-nvvm",
-             _gpu("convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=64}")),
-        Step("canonicalize (gpu.module)", _gpu("canonicalize")),
-        Step("cse (gpu.module)", _gpu("cse")),
-        Step("reconcile-unrealized-casts (gpu.module)", _gpu("reconcile-unrealized-casts")),
-        Step("gpu-to-llvm", _top("gpu-to-llvm{use-bare-pointers-for-kernels=1}")),
-        # .file/.loc directives from the ops' locations (the PTX's .loc lines name recurrence
-        # columns); DebugDirectivesOnly, not LineTablesOnly: the latter marks the PTX
-        # `.target sm_90, debug`, which ptxas compiles unoptimised (255 registers and spills
-        # where 114 and none without)
-        Step("ensure-debug-info-scope-on-llvm-func",
-             _top("ensure-debug-info-scope-on-llvm-func{emission-kind=DebugDirectivesOnly}")),
-        Step("gpu-module-to-binary", _top("gpu-module-to-binary{format=isa}")),
-        Step("convert-math-to-llvm", _top("convert-math-to-llvm")),
-        Step("canonicalize (host)", _top("canonicalize")),
-        Step("cse (host)", _top("cse")),
-        Step("reconcile-unrealized-casts", _top("reconcile-unrealized-casts")),
-    ]
-
-
-def cpu_steps(options: Options) -> list[Step]:
-    """Host lowering: scf/memref/arith/math/func to the LLVM dialect."""
-    del options
-    return [
-        *_cleanup(),
-        Step("convert-scf-to-cf", _top("convert-scf-to-cf")),
-        Step("expand-strided-metadata", _top("expand-strided-metadata")),
-        Step("lower-affine", _top("lower-affine")),
-        Step("convert-math-to-llvm", _top("convert-math-to-llvm")),
-        Step("convert-math-to-libm", _top("convert-math-to-libm")),
-        Step("finalize-memref-to-llvm", _top("finalize-memref-to-llvm")),
-        Step("convert-arith-to-llvm", _top("convert-arith-to-llvm")),
-        Step("convert-index-to-llvm", _top("convert-index-to-llvm")),
-        Step("convert-cf-to-llvm", _top("convert-cf-to-llvm")),
-        Step("convert-func-to-llvm", _top("convert-func-to-llvm")),
-        Step("canonicalize", _top("canonicalize")),
-        Step("cse", _top("cse")),
-        Step("reconcile-unrealized-casts", _top("reconcile-unrealized-casts")),
-    ]
 
 
 # the pass after which the kernel's LLVM dialect is complete (translated to LLVM IR)
@@ -315,7 +221,7 @@ def _load_dialects(steps: list[Step]) -> bool:
                for s in steps if s.run is None):
         return False
     try:
-        PassManager.parse(_top(",".join(inner))).run(Module.create().operation)
+        PassManager.parse(top(",".join(inner))).run(Module.create().operation)
     except Exception:
         return False
     return True
@@ -370,7 +276,7 @@ def _run_upstream(module: Module, step: Step, printer: _Printer | None
     outer = PassManager()
     outer.add(timed, step.name)
     outer.enable_verifier(False)
-    printer.attach(outer, locations=True, only_change=True)
+    printer.attach(outer, locations=True, only_change=not step.rewrites)
     try:
         outer.run(module.operation)
     except Exception:
@@ -424,7 +330,7 @@ def lower(built: BuiltModule | str, options: Options,
         try:
             module = Module.parse(text)
         except Exception as err:   # MLIRError: the text does not parse or verify
-            step = Step("parse", _top(""))
+            step = Step("parse", top(""))
             raise _fail("the module does not parse", step, str(err), text, options) from None
         before = text
         # MLIR prints into a folder of ours once the dialects are loaded; where either cannot
@@ -437,7 +343,6 @@ def lower(built: BuiltModule | str, options: Options,
                 printer = None
         try:
             located: dict[str, list[int]] = {}
-            seen: SeenLines = {}     # the lines printed so far, taken apart
             for step in steps:
                 diagnostics.clear()
                 try:
@@ -466,7 +371,7 @@ def lower(built: BuiltModule | str, options: Options,
                 if printed is None:        # the pass changed nothing: nor its locations
                     after = before
                 else:
-                    after, located = split_locations(printed, seen)
+                    after, located = split_locations(printed)
                 changed = after != before
                 records.append(PassRecord(step.name, after if changed else before, seconds,
                                           changed, step.pipeline, located))

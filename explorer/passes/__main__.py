@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlir.passmanager import PassManager
 
     from explorer.codegen.options import validate
-    from explorer.codegen.pipeline import scan_steps
+    from explorer.codegen.steps import scan_steps
     from explorer.frontend.recurrence import Recurrence
     from explorer.passes.affine import decompose
     from explorer.passes.state import ScanState

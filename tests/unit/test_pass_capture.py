@@ -20,14 +20,8 @@ pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed"
 
 from explorer.codegen.locations import split_locations  # noqa: E402
 from explorer.codegen.options import validate  # noqa: E402
-from explorer.codegen.pipeline import (  # noqa: E402
-    Lowered,
-    Step,
-    cpu_steps,
-    cuda_steps,
-    lower,
-    scan_steps,
-)
+from explorer.codegen.pipeline import Lowered, lower  # noqa: E402
+from explorer.codegen.steps import Step, cpu_steps, cuda_steps, scan_steps  # noqa: E402
 from explorer.dialect.build import build_scan  # noqa: E402
 from explorer.dialect.scan import SOURCE  # noqa: E402
 from explorer.frontend.recurrence import Recurrence  # noqa: E402

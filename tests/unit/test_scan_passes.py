@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
 
 from explorer.codegen.options import validate  # noqa: E402
-from explorer.codegen.pipeline import scan_steps  # noqa: E402
+from explorer.codegen.steps import scan_steps  # noqa: E402
 from explorer.dialect import scan  # noqa: E402
 from explorer.dialect.build import build_scan  # noqa: E402
 from explorer.frontend.recurrence import Recurrence  # noqa: E402
