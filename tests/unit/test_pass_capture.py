@@ -217,3 +217,24 @@ def test_a_compile_runs_no_ptxas(tmp_path: Any, monkeypatch: pytest.MonkeyPatch)
     c = ex.compile(PRESETS["affine scan"], target="cuda", cache=False)
     assert c.ptx is not None and not marker.exists()
     assert c.ptx_info is not None and marker.exists()     # asked: now it runs
+
+
+def test_split_locations_handles_call_site_locations() -> None:
+    """A location with parentheses inside (a call site) cannot be cut at its first ")": the
+    split goes line by line, and gives what the fast way gives where both apply."""
+    from explorer.codegen.locations import _split_lines
+
+    simple = ('#loc1 = loc("recurrence":1:8)\n'
+              'module {\n'
+              '  %0 = arith.constant 1.0 : f32 loc(#loc1)\n'
+              '  %1 = arith.addf %0, %0 : f32 loc("recurrence":1:20)\n'
+              '} loc(unknown)\n')
+    assert split_locations(simple) == _split_lines(simple)
+    plain, terms = split_locations(simple)
+    assert "loc(" not in plain
+    assert terms == {"1:8": [1], "1:20": [2]}
+    called = simple.replace('loc("recurrence":1:20)',
+                            'loc(callsite("recurrence":1:20 at "recurrence":2:3))')
+    plain_c, terms_c = split_locations(called)
+    assert plain_c == plain
+    assert terms_c["1:20"] == [2] and terms_c["2:3"] == [2] and terms_c["1:8"] == [1]
