@@ -161,9 +161,14 @@ class TreeView(View):
                      f"thread aggregates (work = {picture.work} combines, depth = "
                      f"{picture.depth} levels{rest})")
         timing = (f"; the pass took {seconds_text(plan_seconds)}" if plan_seconds else "")
+        from explorer.passes.plan import outputs_text
+
+        # what the kernels write, and where a readout sums the lanes (scan.store, scan.lane_sum)
+        stored = "<br>".join(html.escape(line.strip())
+                             for line in outputs_text(plan).splitlines())
         return ("<div><b>Read from the IR of the <code>scan-plan</code> pass</b> "
                 f"(<code>compiled.scan_plan</code>){timing}: {layout}.</div>"
-                f"<div style='color:#444'>{drawn}.</div>")
+                f"<div style='color:#444'>{drawn}.</div><div>{stored}</div>")
 
     # -- levels ------------------------------------------------------------------------------
     def _sweep_index(self, level: Level) -> int | None:

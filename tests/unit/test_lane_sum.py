@@ -301,3 +301,21 @@ def test_marshal_keeps_a_row_per_block_of_channels() -> None:
     assert m.arrays["A"].shape == (6, 4)      # a parameter: per channel
     again = marshal(specs, {"x": x, "B": B, "A": A}, vector=True)
     assert again.row_div == {} and again.arrays["B"].shape == (6, 4, 7)
+
+
+def test_the_explorer_shows_the_choice() -> None:
+    """The plan stage's text and the Scan tree tab say what is stored and where the lanes
+    are summed, read from the compile's records."""
+    import html
+
+    pytest.importorskip("ipywidgets")
+    from explorer.widget import Explorer
+
+    c = ex.compile(SELECTIVE, target="cpu", strategy="sequential")
+    text = c.stages["plan"].text
+    assert "scan.store: the kernels write y; the states h are never written" in text
+    assert '"scan.lane_sum"() {readouts = ["y"], scheme = "lanes-in-block"}' in text
+    w = Explorer(ex.compile(SELECTIVE, target="cpu", strategy="blelloch", outputs="all"))
+    w.show_tab("Scan tree")
+    info = html.unescape(w.tree_view.info.value)
+    assert "scan.store: the kernels write h, y" in info and "lane-loop" in info
