@@ -68,7 +68,9 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                state_before: Callable[[Element, list[Value]], list[Value]] | None = None,
                accumulate: Callable[[Value, list[Value], list[Value]], None] | None = None,
                extra: Sequence[Value] = (), prefetched: list[Value] | None = None,
-               then: tuple[Sequence[Stream], Value, Value] | None = None) -> list[Value]:
+               then: tuple[Sequence[Stream], Value, Value] | None = None,
+               single_tile: bool = False,
+               on_total: Callable[[Element], None] | None = None) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
     ``mode``: ``"reduce"`` returns the aggregate of the range (no output); ``"inclusive"``
@@ -85,7 +87,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     ``outputs`` and ``accumulate`` are given. ``prefetched``: the first tile's loads, issued
     by the caller (GPU). ``then = (streams, begin, end)``: the range is one tile, and it loads
     the first tile of ``streams`` over ``[begin, end)`` while it scans (the next scan's
-    ``prefetched``), returned after the state.
+    ``prefetched``), returned after the state. ``single_tile``: the range is at most one tile
+    (the look-back kernel's): no loop over tiles, and no loads of a next tile held in
+    registers through the scan. ``on_total(total)``, when given, is called by every thread as
+    soon as the tile's aggregate is known, before the rest of the block tree: after the
+    Blelloch up-sweep (the look-back kernel publishes it there, for the blocks after it).
     """
     alg = gen.alg
     bs = th.bs
@@ -147,7 +153,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             th.each(lambda tid: put_tile(tid, load_tile(t0, tid)))
         th.barrier()
         # the next tile's loads go out now and land while this tile is scanned
-        if not th.gpu:
+        if not th.gpu or single_tile:
             nxt: list[Value] = []
         elif then is not None:
             streams, b2, e2 = then
@@ -196,6 +202,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             else:   # scan (Kogge-Stone): i >= off takes x[i] o x[i - off] of the last level
                 ks_sweep(th, alg, off, agg_load, agg_store)
             th.barrier()
+            if on_total is not None and sw.phase == "up_root" and not reduce:
+                on_total(agg_load(total_slot))
         if reduce:
             total = agg_load(pad(ci(bs - 1)))
             return alg.combine(total, alg.pack(carry)).values() + nxt
@@ -249,6 +257,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         th.each(write)
         return alg.apply(total, carry) + nxt
 
+    if single_tile:
+        return one_tile(ci(0), start)[:nc]
     ntiles = ceil_div(arith.subi(end, begin), ci(T))
     out = for_loop(ci(0), ntiles, ci(1), one_tile, start)
     return out if then is not None else out[:nc]

@@ -5,7 +5,8 @@ Look-back", 2016).
 Block ``k`` of a sequence scans one tile (``time_chunk`` steps, one tile). When there are enough
 sequences to fill the GPU, each runs whole in one block of the plain scan kernel instead (then
 there is nothing to look back at, and that kernel carries none of this code). After its block
-tree has the tile's aggregate:
+tree has the tile's aggregate (a Blelloch tree has it after its up-sweep, before the
+down-sweep; a Kogge-Stone tree at its end):
 
 1. thread 0 publishes the aggregate (``chunk_aggregates``), a device-scope fence, then the flag
    1 (``tile_flags``, zeroed by the launcher before every launch);
@@ -208,17 +209,33 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     walk = _walk_packed if packed else _walk
 
-    def chained(total: Element) -> list[Value]:
-        """The state before tile ``k``, found by looking back (every thread calls this)."""
-        slot = add_i(first_tile, k)
+    slot = add_i(first_tile, k)
+    announced: list[bool] = []
 
-        def announce() -> None:
+    def announce(total: Element) -> None:
+        """Thread 0 publishes the tile's aggregate for the tiles after it (tile 0 of a
+        sequence publishes its state alone). Every thread calls this."""
+        announced.append(True)
+
+        def put() -> None:
             publish(slot, total.values(), w, aggs, AGGREGATE)
+        later = arith.cmpi(arith.CmpIPredicate.ne, k, ci(0))
+        if th.gpu:
+            assert th.tid is not None
+            first = arith.cmpi(arith.CmpIPredicate.eq, th.tid, ci(0))
+            if_then(arith.andi(first, later), put)
+        else:
+            if_then(later, put)
+
+    def chained(total: Element) -> list[Value]:
+        """The state before tile ``k``, found by looking back (every thread calls this);
+        the aggregate is published first where the block tree did not publish it early."""
+        if not announced:
+            announce(total)
         if th.gpu:
             assert th.tid is not None
             tid = th.tid
             first = arith.cmpi(arith.CmpIPredicate.eq, tid, ci(0))
-            if_then(arith.andi(first, arith.cmpi(arith.CmpIPredicate.ne, k, ci(0))), announce)
 
             def warp0() -> None:
                 lane = arith.index_cast(_i64(), tid)
@@ -233,7 +250,6 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
             th.barrier()
             return [memref.load(aggbuf[i], [handoff]) for i in range(S)]
         # the host: the blocks before this one are done, so one lane finds the state
-        if_then(arith.cmpi(arith.CmpIPredicate.ne, k, ci(0)), announce)
         before = walk(gen, mem, _c64(0), 1, first_tile, k, h0, flags, aggs, carries)
         publish(slot, alg.apply(total, before), S, carries, PREFIX)
         return before
@@ -243,7 +259,7 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     block_scan(gen, th, gen.options.elements_per_thread, stage, aggbuf,
                gen.in_streams(seq, names), gen.out_streams(seq), element, outputs, begin, end,
-               h0, "inclusive", state_before)
+               h0, "inclusive", state_before, single_tile=True, on_total=announce)
 
 
 def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,
