@@ -1,7 +1,8 @@
 // The look-back grid becomes two kernels: the plain scan for whole sequences, and the
 // look-back kernel for sequences cut into tiles. The scalar affine scan takes the packed
 // protocol: thread 0 publishes its tile's aggregate as one 64-bit relaxed store of two encoded
-// floats (zero means "not yet"), then warp 0 looks back over the tiles before its own, reading
+// floats (zero means "not yet") as soon as the up-sweep has it (the down-sweep's barriers come
+// after the store), then warp 0 looks back over the tiles before its own, reading
 // each tile's encoded aggregate (64 bits at once) and encoded state (32 bits) in the same round
 // trip, with no flag and no fence between them; a ballot finds the nearest published state, a
 // sleep while a tile nearer has published nothing, a butterfly of shuffles composes the
@@ -15,6 +16,7 @@
 // CHECK: gpu.func @scanweaver_blelloch_lookback(
 // CHECK-NOT: llvm.fence
 // CHECK: llvm.store {{.*}} atomic syncscope("device") monotonic {alignment = 8 : i64} : i64
+// CHECK: gpu.barrier
 // CHECK: scf.while
 // CHECK: llvm.load {{.*}} atomic syncscope("device") monotonic {alignment = 8 : i64} : !llvm.ptr -> i64
 // CHECK-NEXT: arith.trunci
