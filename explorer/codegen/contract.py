@@ -112,7 +112,7 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     outputs are those the plan stores (without a plan, those ``options`` ask for; all of them
     without options), and the states that a readout kernel reads back but nobody asked for
     are workspaces."""
-    from explorer.passes.plan import lane_sum_of, stored_outputs
+    from explorer.passes.plan import grid_scheme, lane_sum_of, stored_outputs
 
     if plan is not None:
         grid = plan.grid if grid is None else grid
@@ -121,7 +121,7 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
         stored = stored_outputs(form.recurrence, options.outputs if options else "all")
         lane_sum = lane_sum_of(form, stored, options.strategy if options else "sequential",
                                grid.scheme if grid is not None else
-                               options.grid if options else "chunked")
+                               grid_scheme(form, options) if options else "chunked")
     lanes = set(form.recurrence.lane_names)
     out: list[dict[str, Any]] = []
     for name in form.inputs:
@@ -157,7 +157,8 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     if options is not None and options.strategy != "sequential":
         alg = Algebra(form.A)
         spaces = [(AGGREGATES, alg.width), (CARRIES, alg.S)]
-        lookback = (grid.scheme if grid is not None else options.grid) == "lookback"
+        lookback = (grid.scheme if grid is not None else grid_scheme(form, options)
+                    ) == "lookback"
         if lookback:
             spaces.append((TILE_FLAGS, TILE_SLOT_WORDS))
         for name, per in spaces:
@@ -167,11 +168,13 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
                 space["reset"] = True
             out.append(space)
         out.append({"name": TIME_CHUNK, "role": "size", "timed": False, "lane": False,
-                    "dtype": "int64", "chunk_rule": chunk_rule(options, grid)})
+                    "dtype": "int64",
+                    "chunk_rule": chunk_rule(options, grid, grid_scheme(form, options))})
     return out
 
 
-def chunk_rule(options: Options, grid: Any = None) -> dict[str, Any]:
+def chunk_rule(options: Options, grid: Any = None, scheme: str | None = None
+               ) -> dict[str, Any]:
     """The manifest's rule for the per-call ``time_chunk`` (whole tiles; when chunking, never
     fewer than ``chunk_tiles`` tiles a chunk): the plan's ``scan.grid`` when given."""
     if grid is not None:
@@ -180,7 +183,7 @@ def chunk_rule(options: Options, grid: Any = None) -> dict[str, Any]:
         if grid.scheme == "lookback":
             rule["max_tiles"] = 1
         return rule
-    if options.grid == "lookback":
+    if (scheme or options.grid) == "lookback":
         return {"tile": options.tile, "min_tiles": 1, "fill": CHUNK_FILL,
                 "unchunked_from": LOOKBACK_UNCHUNKED_FROM, "max_tiles": 1}
     return {"tile": options.tile, "min_tiles": options.chunk_tiles, "fill": CHUNK_FILL,

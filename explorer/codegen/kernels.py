@@ -136,7 +136,8 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
         gen_counts = _stage_counts(form, options, plan)
         # whole sequences: the scan kernel alone; cut into tiles: the look-back kernel alone,
         # or the chunked scan's reduce, carry and scan kernels
-        roles = ((("scan", ""), ("lookback", "_lookback")) if options.grid == "lookback" else
+        lookback = plan.grid.scheme == "lookback"
+        roles = ((("scan", ""), ("lookback", "_lookback")) if lookback else
                  (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")))
         for role, suffix in roles:
             static = sum(_shared_arrays(form, options, role, plan)) * 4
@@ -146,7 +147,7 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
                     f"arrays, elements of {alg.width} floats) needs {static} bytes of shared "
                     f"memory, more than {STATIC_SHARED_LIMIT}: lower block_size * "
                     "elements_per_thread")
-            whole_only = role == "scan" and options.grid == "lookback"
+            whole_only = role == "scan" and lookback
             lane_loop = role == "scan" and lane_sum is not None and lane_sum.fused
             out.append(KernelSpec(
                 f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, block, 1, 0, static,
@@ -313,7 +314,7 @@ def _shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[in
         return []
     if options.strategy == "sequential":
         return [seq_layout(form, options, plan.stored, plan.lane_sum).floats]
-    shapes = blelloch_shapes(options)
+    shapes = blelloch_shapes(options, plan.grid.scheme)
     count = _stage_counts(form, options, plan)[role]
     sizes = [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
     split = _lane_loop(form, plan) if role == "scan" else None

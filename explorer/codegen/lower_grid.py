@@ -47,8 +47,9 @@ class ScanShapes:
     agg: int
 
 
-def blelloch_shapes(options: Options) -> ScanShapes:
-    slots = 2 if options.grid == "lookback" else 1
+def blelloch_shapes(options: Options, scheme: str) -> ScanShapes:
+    """The workgroup buffers of a tree plan's block, on the grid ``scheme``."""
+    slots = 2 if scheme == "lookback" else 1
     return ScanShapes(padded(options.tile), padded(options.block_size) + slots)
 
 

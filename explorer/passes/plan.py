@@ -200,6 +200,18 @@ def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str
     return LaneSum(readouts, "readout-kernel" if grid == "lookback" else "lane-loop")
 
 
+def grid_scheme(form: Any, options: Any) -> str:
+    """The grid level the options ask for, ``"auto"`` resolved: the look-back scan for a tree
+    plan of a scalar first-order state (its tiles publish through the packed protocol of
+    :mod:`explorer.codegen.lower_lookback`, one load a round), the chunked scan for the rest
+    (vector states, whose readouts the chunked grid sums in the scan kernel, and states of
+    several components)."""
+    if options.grid != "auto":
+        return str(options.grid)
+    scalar = not form.vector and tuple(form.A.shape) == (1, 1)
+    return "lookback" if options.strategy in TREES and scalar else "chunked"
+
+
 def choose_plan(form: Any, options: Any) -> Plan:
     """The plan for ``form`` under ``options`` (what ``scan-plan`` writes as ops)."""
     from explorer.codegen.contract import CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM, UNCHUNKED_FROM
@@ -208,10 +220,11 @@ def choose_plan(form: Any, options: Any) -> Plan:
     o = options
     direction = "reverse" if o.reverse else "forward"
     stored = stored_outputs(form.recurrence, o.outputs)
-    lane_sum = lane_sum_of(form, stored, o.strategy, o.grid)
+    scheme = grid_scheme(form, o)
+    lane_sum = lane_sum_of(form, stored, o.strategy, scheme)
     if o.strategy in TREES:
         grid = (Grid("lookback", direction, o.tile, 1, CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM)
-                if o.grid == "lookback" else
+                if scheme == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size), grid,

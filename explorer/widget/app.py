@@ -115,7 +115,7 @@ class Explorer(widgets.VBox):
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
                  strategy: str = "blelloch", block_size: int | None = None,
                  elements_per_thread: int | None = None, chip: str = "sm_90",
-                 dtype: str = "float32", reverse: bool = False, grid: str = "chunked") -> None:
+                 dtype: str = "float32", reverse: bool = False, grid: str = "auto") -> None:
         from explorer.codegen.options import GRIDS, Options, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
@@ -130,7 +130,7 @@ class Explorer(widgets.VBox):
             recurrence = given.recurrence
             target, strategy = given.target, given.strategy
             chip, dtype, reverse = opts["chip"], opts["dtype"], opts["reverse"]
-            grid = opts.get("grid", "chunked")
+            grid = opts.get("grid", "auto")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         if block_size is None:
@@ -194,8 +194,10 @@ class Explorer(widgets.VBox):
         self.reverse.add_class("sw-reverse")
         # the grid level of a tree plan: how few long sequences are spread over blocks
         self.grid = widgets.Dropdown(
-            options=[("chunked (reduce, carry, rescan)", "chunked"),
-                     ("look-back (one pass)", "lookback")][:len(GRIDS)], value=grid,
+            options=[(label, g) for label, g in
+                     (("auto (look-back for a scalar state)", "auto"),
+                      ("chunked (reduce, carry, rescan)", "chunked"),
+                      ("look-back (one pass)", "lookback")) if g in GRIDS], value=grid,
             description="grid", layout=widgets.Layout(width="290px"), style=style,
             disabled=strategy == "sequential",
             tooltip="how a tree plan spreads few long sequences over blocks (scan.grid)")
