@@ -75,6 +75,7 @@ from explorer.codegen.lower_grid import (
 )
 from explorer.codegen.lower_lookback import lookback_block
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
+from explorer.codegen.narrow import narrow_buffers
 from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
 from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
 from explorer.errors import CompileError, OptionError
@@ -250,6 +251,7 @@ def build_module(form: Any, options: Options, plan: Any = None) -> BuiltModule:
         module = Module.create()
         built = lower_plan(module.operation, form, options,
                            plan if plan is not None else choose_plan(form, options))
+        narrow_buffers(module.operation, built.args)
         if not module.operation.verify():
             raise CompileError("the generated module does not verify", ir_before=str(module))
         built.text = str(module)

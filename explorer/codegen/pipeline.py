@@ -71,9 +71,10 @@ class Step:
 
 def scan_steps(state: Any) -> list[Step]:
     """Our passes, in order: decompose the recurrence, choose the plan, lower the plan."""
-    from explorer.passes import decompose, lower, plan
+    from explorer.passes import decompose, lower, narrow, plan
 
-    return [Step(m.NAME, _top(m.NAME), m.make(state)) for m in (decompose, plan, lower)]
+    passes = [decompose, plan, lower, *([narrow] if narrow.wanted(state) else [])]
+    return [Step(m.NAME, _top(m.NAME), m.make(state)) for m in passes]
 
 
 def _top(p: str) -> str:
@@ -133,10 +134,14 @@ def cuda_steps(options: Options) -> list[Step]:
 
 
 def cpu_steps(options: Options) -> list[Step]:
-    """Host lowering: scf/memref/arith/math/func to the LLVM dialect."""
-    del options
+    """Host lowering: scf/memref/arith/math/func to the LLVM dialect. bfloat16 conversions are
+    expanded into integer arithmetic first: LLVM lowers ``fptrunc`` to bfloat on x86 to a call of
+    ``__truncsfbf2``, which the JIT does not find."""
+    bf16 = "bfloat16" in (options.dtype, options.output_dtype)
     return [
         *_cleanup(),
+        *([Step("arith-expand (bf16)", _top("arith-expand{include-bf16=true}"))] if bf16
+          else []),
         Step("convert-scf-to-cf", _top("convert-scf-to-cf")),
         Step("expand-strided-metadata", _top("expand-strided-metadata")),
         Step("lower-affine", _top("lower-affine")),
