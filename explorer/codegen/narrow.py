@@ -1,4 +1,4 @@
-"""16-bit arrays in memory, float32 arithmetic: the kernels' buffers retyped to their contract dtype.
+"""16-bit arrays in memory, float32 arithmetic: kernel buffers retyped to their contract dtype.
 
 The lowering emits every kernel over float32 buffers. When the contract gives an argument a
 16-bit dtype (``bfloat16`` or ``float16``: the timed inputs of a ``dtype="bfloat16"`` compile,

@@ -22,6 +22,7 @@ that hold the bfloat16 values exactly (every bfloat16 value is a float32 value).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -76,8 +77,7 @@ def to_storage(name: str, arr: Any, dtype: str, xp: Any = np) -> Any:
     if dtype not in NARROW:
         return arr
     if type(arr).__module__.startswith("torch"):
-        # a host tensor: its float32 values (exact from 16 bits: rounding them back is too)
-        arr = arr.detach().float().cpu().numpy()
+        arr = _from_torch(arr, dtype, xp)
     text = dtype_name(arr)
     if text == dtype:
         return arr.view(np.uint16) if dtype == "bfloat16" else arr
@@ -112,3 +112,44 @@ def from_storage(arr: Any, dtype: str, xp: Any = np) -> Any:
     """An output of ``dtype`` from its storage, for a NumPy or CuPy caller: float16 as is,
     bfloat16 as the float32 array of the same values."""
     return widen_bf16(arr, xp) if dtype == "bfloat16" else arr
+
+
+def _from_torch(x: Any, dtype: str, xp: Any) -> Any:
+    """A torch tensor as an array of ``xp``: a CUDA tensor of ``dtype`` as its storage, where it
+    is (bfloat16 through an int16 view: DLPack has no bfloat16 in CuPy); any other tensor as
+    its float32 values (exact from 16 bits, so rounding them back is too)."""
+    x = x.detach()
+    if x.is_cuda and xp is not np:
+        if dtype_name(x) == dtype:
+            import torch
+
+            return (xp.from_dlpack(x.contiguous().view(torch.int16)).view(xp.uint16)
+                    if dtype == "bfloat16" else xp.from_dlpack(x.contiguous()))
+        return xp.from_dlpack(x.float().contiguous())
+    return x.float().cpu().numpy()
+
+
+def torch_output(bits: Any, dtype: str) -> Any:
+    """A torch tensor of ``dtype`` from its storage on the GPU (a CuPy array), no copy."""
+    import torch
+
+    if dtype == "bfloat16":
+        return torch.from_dlpack(bits.view("int16")).view(torch.bfloat16)
+    return torch.from_dlpack(bits)
+
+
+def narrow_result(bits: Any, dtype: str, kind: str, template: Any,
+                  from_cupy: Callable[[Any, str, Any], Any]) -> Any:
+    """A 16-bit output (its storage, a CuPy array) for a caller who passed ``kind`` arrays:
+    torch gets a tensor of ``dtype`` (where the inputs were), NumPy and CuPy see
+    :func:`from_storage`."""
+    import cupy as cp
+
+    if kind == "torch":
+        if template is not None and template.is_cuda:
+            return torch_output(bits, dtype)
+        import torch
+
+        values = torch.from_numpy(cp.asnumpy(from_storage(bits, dtype, cp)))
+        return values.to(torch.bfloat16) if dtype == "bfloat16" else values
+    return from_cupy(from_storage(bits, dtype, cp), kind, template)
