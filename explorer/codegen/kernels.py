@@ -219,6 +219,8 @@ def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
             _cuda_module(module_op, form, opts, args, kernels, plan, locs)
         else:
             _cpu_module(module_op, form, opts, args, kernels, plan, locs)
+        # the arrays the contract makes 16-bit: bf16/f16 buffers, extf loads, truncf stores
+        narrow_buffers(module_op, args)
     main = next(k for k in kernels if k.role == "scan")
     return BuiltModule(text="", kernel_name=main.name, args=args, block=main.block,
                        sequences_per_block=main.sequences_per_block,
@@ -251,7 +253,6 @@ def build_module(form: Any, options: Options, plan: Any = None) -> BuiltModule:
         module = Module.create()
         built = lower_plan(module.operation, form, options,
                            plan if plan is not None else choose_plan(form, options))
-        narrow_buffers(module.operation, built.args)
         if not module.operation.verify():
             raise CompileError("the generated module does not verify", ir_before=str(module))
         built.text = str(module)

@@ -1,6 +1,7 @@
 """16-bit arrays in memory, float32 arithmetic: kernel buffers retyped to their contract dtype.
 
-The lowering emits every kernel over float32 buffers. When the contract gives an argument a
+The last step of the lowering (:func:`explorer.codegen.kernels.lower_plan`, pass ``scan-lower``):
+the levels emit every kernel over float32 buffers. When the contract gives an argument a
 16-bit dtype (``bfloat16`` or ``float16``: the timed inputs of a ``dtype="bfloat16"`` compile,
 the outputs unless ``out_dtype="float32"``), :func:`narrow_buffers` retypes that argument in
 every function of the module that takes the kernel arguments (the ``gpu.func`` kernels and their

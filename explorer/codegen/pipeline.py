@@ -71,10 +71,9 @@ class Step:
 
 def scan_steps(state: Any) -> list[Step]:
     """Our passes, in order: decompose the recurrence, choose the plan, lower the plan."""
-    from explorer.passes import decompose, lower, narrow, plan
+    from explorer.passes import decompose, lower, plan
 
-    passes = [decompose, plan, lower, *([narrow] if narrow.wanted(state) else [])]
-    return [Step(m.NAME, _top(m.NAME), m.make(state)) for m in passes]
+    return [Step(m.NAME, _top(m.NAME), m.make(state)) for m in (decompose, plan, lower)]
 
 
 def _top(p: str) -> str:

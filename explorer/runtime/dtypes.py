@@ -88,10 +88,12 @@ def to_storage(name: str, arr: Any, dtype: str, xp: Any = np) -> Any:
     wide = xp.asarray(arr, dtype=xp.float64 if kind == "f" and arr.dtype.itemsize > 4
                       else xp.float32)
     if dtype == "float16":
-        out = wide.astype(xp.float16)
+        with np.errstate(over="ignore"):   # overflow is refused below, with the value
+            out = wide.astype(xp.float16)
         limit = FLOAT16_MAX
     else:
-        f32 = wide.astype(xp.float32)
+        with np.errstate(over="ignore"):
+            f32 = wide.astype(xp.float32)
         out = round_bf16(f32, xp)
         limit = float(np.finfo(np.float32).max)
     overflow = xp.isfinite(wide) & ((xp.abs(wide) > limit) | _is_inf(out, dtype, xp))
