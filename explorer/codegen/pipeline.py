@@ -137,10 +137,9 @@ def cpu_steps(options: Options) -> list[Step]:
     expanded into integer arithmetic first: LLVM lowers ``fptrunc`` to bfloat on x86 to a call of
     ``__truncsfbf2``, which the JIT does not find."""
     bf16 = "bfloat16" in (options.dtype, options.output_dtype)
+    expand = [Step("arith-expand (bf16)", _top("arith-expand{include-bf16=true}"))] * bf16
     return [
-        *_cleanup(),
-        *([Step("arith-expand (bf16)", _top("arith-expand{include-bf16=true}"))] if bf16
-          else []),
+        *_cleanup(), *expand,
         Step("convert-scf-to-cf", _top("convert-scf-to-cf")),
         Step("expand-strided-metadata", _top("expand-strided-metadata")),
         Step("lower-affine", _top("lower-affine")),
