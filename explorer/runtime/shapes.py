@@ -139,9 +139,13 @@ def _full_shape(spec: ArgSpec, shape: tuple[int, ...], batch: tuple[int, ...]
 
 
 def check_dtype(name: str, arr: Any) -> None:
-    if dtype_name(arr) == "bfloat16":   # torch's or ml_dtypes' (NumPy has none)
+    text = dtype_name(arr)
+    if text == "bfloat16":   # torch's or ml_dtypes' (NumPy has none)
         return
-    kind = np.dtype(arr.dtype).kind
+    try:
+        kind = np.dtype(arr.dtype).kind
+    except TypeError:   # a torch dtype: by its name
+        kind = np.dtype(text).kind if text in np.sctypeDict else "?"
     if kind not in "fiu":
         raise RecurrenceError(f"{name} has dtype {arr.dtype}; give real numbers (float32 or "
                               "float64)")

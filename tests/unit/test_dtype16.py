@@ -214,3 +214,14 @@ def test_bench_command_line_takes_a_dtype() -> None:
     assert args.dtype == "bfloat16"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--dtype", "float64"])
+
+
+def test_cpu_run_takes_torch_16bit_tensors_and_refuses_bool() -> None:
+    torch = pytest.importorskip("torch")
+    a = torch.full((2, 8), 0.5, dtype=torch.float16)
+    b = torch.ones((2, 8), dtype=torch.float16)
+    c = ex.compile(AFFINE, target="cpu", strategy="sequential", dtype="float16")
+    h = c(a=a, b=b)
+    assert h.dtype == np.float16 and np.array_equal(h[0, :3], [1.0, 1.5, 1.75])
+    with pytest.raises(RecurrenceError, match="a has dtype torch.bool; give real numbers"):
+        c(a=a.bool(), b=b)
