@@ -77,7 +77,9 @@ def to_storage(name: str, arr: Any, dtype: str, xp: Any = np) -> Any:
     if dtype not in NARROW:
         return arr
     if type(arr).__module__.startswith("torch"):
-        arr = _from_torch(arr, dtype, xp)
+        arr, stored = _from_torch(arr, dtype, xp)
+        if stored:   # the storage itself (bfloat16 patterns are uint16): no rounding again
+            return arr
     text = dtype_name(arr)
     if text == dtype:
         return arr.view(np.uint16) if dtype == "bfloat16" else arr
@@ -116,19 +118,20 @@ def from_storage(arr: Any, dtype: str, xp: Any = np) -> Any:
     return widen_bf16(arr, xp) if dtype == "bfloat16" else arr
 
 
-def _from_torch(x: Any, dtype: str, xp: Any) -> Any:
-    """A torch tensor as an array of ``xp``: a CUDA tensor of ``dtype`` as its storage, where it
-    is (bfloat16 through an int16 view: DLPack has no bfloat16 in CuPy); any other tensor as
-    its float32 values (exact from 16 bits, so rounding them back is too)."""
+def _from_torch(x: Any, dtype: str, xp: Any) -> tuple[Any, bool]:
+    """A torch tensor as an array of ``xp``, and whether it is the storage of ``dtype``: a CUDA
+    tensor of ``dtype`` is (read where it is; bfloat16 through an int16 view, as CuPy has no
+    bfloat16); any other tensor gives its float32 values (exact from 16 bits, so rounding them
+    back gives the same bits)."""
     x = x.detach()
     if x.is_cuda and xp is not np:
         if dtype_name(x) == dtype:
             import torch
 
-            return (xp.from_dlpack(x.contiguous().view(torch.int16)).view(xp.uint16)
-                    if dtype == "bfloat16" else xp.from_dlpack(x.contiguous()))
-        return xp.from_dlpack(x.float().contiguous())
-    return x.float().cpu().numpy()
+            return ((xp.from_dlpack(x.contiguous().view(torch.int16)).view(xp.uint16)
+                     if dtype == "bfloat16" else xp.from_dlpack(x.contiguous())), True)
+        return xp.from_dlpack(x.float().contiguous()), False
+    return x.float().cpu().numpy(), False
 
 
 def torch_output(bits: Any, dtype: str) -> Any:
