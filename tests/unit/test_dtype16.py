@@ -225,3 +225,21 @@ def test_cpu_run_takes_torch_16bit_tensors_and_refuses_bool() -> None:
     assert h.dtype == np.float16 and np.array_equal(h[0, :3], [1.0, 1.5, 1.75])
     with pytest.raises(RecurrenceError, match="a has dtype torch.bool; give real numbers"):
         c(a=a.bool(), b=b)
+
+
+def test_widget_dtype_box_compiles_and_checks_bfloat16() -> None:
+    pytest.importorskip("ipywidgets")
+    from explorer.widget import Explorer
+
+    widget = Explorer(AFFINE, target="cpu")
+    assert not widget.dtype.disabled
+    assert list(widget.dtype.options) == ["float32", "bfloat16", "float16"]
+    widget.dtype.value = "bfloat16"
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled.options["dtype"] == "bfloat16"
+    panel = widget.run
+    panel.length.value, panel.channels.value = 300, 3
+    rows = panel.run_and_check()
+    # the inputs are rounded before the reference; the tolerance allows the outputs' rounding
+    assert rows and panel.passed(rows), panel.check.value
+    assert rows[0]["max_rel"] > 1e-4 and "0.0049" in panel.check.value
