@@ -243,3 +243,10 @@ def test_widget_dtype_box_compiles_and_checks_bfloat16() -> None:
     # the inputs are rounded before the reference; the tolerance allows the outputs' rounding
     assert rows and panel.passed(rows), panel.check.value
     assert rows[0]["max_rel"] > 1e-4 and "0.0049" in panel.check.value
+
+
+def test_the_torch_operator_refuses_16bit_compiles() -> None:
+    pytest.importorskip("torch")
+    c = ex.compile(AFFINE, target="cpu", strategy="sequential", dtype="bfloat16")
+    with pytest.raises(OptionError, match="float32 compiles only"):
+        c.torch()
