@@ -162,6 +162,12 @@ def validate_manifest(manifest: Mapping[str, Any]) -> tuple[KernelInfo, ...]:
         raise ArtifactError(f"manifest: field 'hash' must be 64 hex digits (SHA-256), "
                             f"got {_show(manifest['hash'])}")
     kernels = parse_kernels(_need(manifest, "kernels", "manifest"), "manifest: kernels")
+    # the inputs are what the manifest's dtype says (the launchers round into each argument's)
+    for i, k in enumerate(kernels):
+        other = sorted({a.dtype for a in k.args_with_role("input")} - {dtype})
+        if other:
+            raise ArtifactError(f"manifest: kernels[{i}].args ({k.name!r}) take {other} inputs, "
+                                f"but the manifest's dtype is {dtype!r}")
     for field_name in ("outputs", "lane_outputs"):
         names = manifest.get(field_name)
         if names is not None and not all(isinstance(o, str) and _IDENT.fullmatch(o)

@@ -250,3 +250,16 @@ def test_the_torch_operator_refuses_16bit_compiles() -> None:
     c = ex.compile(AFFINE, target="cpu", strategy="sequential", dtype="bfloat16")
     with pytest.raises(OptionError, match="float32 compiles only"):
         c.torch()
+
+
+def test_a_manifest_whose_inputs_contradict_its_dtype_is_refused() -> None:
+    from explorer.runtime.artifact import validate_manifest
+
+    manifest = {"format": "scanweaver-artifact/1", "dtype": "float32",
+                "kernels": [{**_kernel([_arg("a", "input", "bfloat16"),
+                                        _arg("h", "output", "bfloat16"), *SIZE_ARGS])[0],
+                             "ptx": "kernel.ptx"}]}
+    with pytest.raises(ArtifactError, match=r"take \['bfloat16'\] inputs, but the manifest's "
+                                            "dtype is 'float32'"):
+        validate_manifest(manifest)
+    validate_manifest({**manifest, "dtype": "bfloat16"})
