@@ -14,7 +14,8 @@ Each level of the plan has its module: :mod:`~explorer.codegen.lower_sequential`
 in :mod:`~explorer.codegen.gen` and :mod:`~explorer.codegen.threads`, and the kernel contract
 in :mod:`~explorer.codegen.contract`.
 
-Data layout (the kernel ABI): every array is a flat, contiguous float32 buffer; inputs are
+Data layout (the kernel ABI): every array is a flat, contiguous buffer (float32; the timed
+inputs and outputs of a 16-bit compile are bf16/f16, :mod:`~explorer.codegen.narrow`); inputs are
 ``(C, L)`` / ``(C, N, L)``, parameters ``(C,)`` / ``(C, N)``, initial states ``(C,)`` / ``(C, N)``,
 outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64; for a vector state, one
 int64 row divisor per input with the lane axis (``rowmap``: such an input may be given with a
