@@ -242,6 +242,7 @@ class _CpuRunner:
 
     def __call__(self, /, L: int | None = None, **arrays: Any) -> Any:
         from explorer.runtime.cpu import run_cpu
+        from explorer.runtime.dtypes import from_storage
         from explorer.runtime.shapes import marshal
 
         c = self.compiled
@@ -250,9 +251,11 @@ class _CpuRunner:
         # initial states that were given broadcast like parameters; run_cpu zero-fills the rest
         given_h0 = [s for s in h0_specs(rec)
                     if s.name in arrays and s.name not in rec.inputs + rec.params]
-        m = marshal(arg_specs(rec) + given_h0, arrays, L=L, vector=rec.vector)
+        dtypes = {a.name: a.dtype for a in (c.contract[0].args if c.contract else ())}
+        m = marshal(arg_specs(rec) + given_h0, arrays, L=L, vector=rec.vector, dtypes=dtypes)
         raw = run_cpu(c.final_module, c.contract, m.arrays, m.C, m.N, m.L)
-        out = {name: m.unflatten(raw[name], c.form.output_is_lane(name))
+        out = {name: m.unflatten(from_storage(raw[name], dtypes.get(name, "float32")),
+                                 c.form.output_is_lane(name))
                for name in c.outputs}
         return next(iter(out.values())) if len(out) == 1 else out
 

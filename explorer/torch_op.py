@@ -61,6 +61,11 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None) -> RecurrenceO
     first use); a record read with :func:`explorer.compiler.load_compiled` lets a machine
     without MLIR run the backward on the GPU, as it runs the forward.
     """
+    if compiled.options.get("dtype", "float32") != "float32":
+        from explorer.errors import OptionError
+
+        raise OptionError(f"the torch operator runs float32 compiles only; this one takes "
+                          f"{compiled.options['dtype']} inputs (call the compile directly)")
     with _LOCK:
         op = _OPS.get(compiled.key)
         if op is None:

@@ -30,6 +30,20 @@ SEQUENTIAL_BELOW = 4096
 TOLERANCE = 1e-4
 
 
+def tolerance(out_dtype: str = "float32") -> float:
+    """The default tolerance on ``max|out - ref| / max|ref|`` for a kernel storing its outputs
+    in ``out_dtype``, against the float64 reference of the inputs *as the kernel read them*
+    (rounded to 16 bits when they are): the rounding of each output to ``out_dtype``, at most
+    its unit roundoff ``eps/2`` (2**-8 for bfloat16, 2**-11 for float16) times the output, plus
+    :data:`TOLERANCE` for the float32 arithmetic, as for float32 kernels. Neither grows with L:
+    with decays |a| < 1 an output's error is that of the last steps' terms, whatever L."""
+    from explorer.runtime.dtypes import UNIT_ROUNDOFF
+
+    if out_dtype == "float32":
+        return TOLERANCE
+    return UNIT_ROUNDOFF[out_dtype] + TOLERANCE
+
+
 def affine_scan_f64(a: Any, b: Any, xp: Any = np, h0: Any = None) -> Any:
     """Float64 ``h[c, t] = a[c, t] * h[c, t-1] + b[c, t]`` for ``(C, L)`` arrays.
 

@@ -63,13 +63,20 @@ def generated(path: str | os.PathLike[str], name: str | None = None,
 
         from explorer.bench.affine import affine_scan_f64, max_rel_error
         from explorer.runtime.cuda import CudaKernel
+        from explorer.runtime.dtypes import from_storage
 
+        if art.dtype != p.dtype:
+            raise Skip(f"compiled for {art.dtype} inputs, not {p.dtype} (compile with "
+                       f"dtype={p.dtype!r})")
         kernel = CudaKernel.from_artifact(art, poison=True)
-        launch = kernel.prepare(**{a_name: p.a, b_name: p.b})
+        # 16-bit inputs as torch tensors of their dtype (read where they are, no rounding)
+        a, b = (p.a, p.b) if p.dtype == "float32" else (p.torch("a"), p.torch("b"))
+        launch = kernel.prepare(**{a_name: a, b_name: b})
         out_name = kernel.output_names[0]
+        out_dtype = kernel.narrow.get(out_name, "float32")
 
         def output() -> Any:
-            return launch.outputs[out_name].reshape(p.C, p.L)
+            return from_storage(launch.outputs[out_name], out_dtype, cp).reshape(p.C, p.L)
 
         check = None
         if reverse:
@@ -80,7 +87,8 @@ def generated(path: str | os.PathLike[str], name: str | None = None,
 
         return Prepared(launch.launch, output, note=art.describe(), check=check)
 
-    return Method(label, "generated", setup, art.describe(), artifact=str(path))
+    return Method(label, "generated", setup, art.describe(), artifact=str(path),
+                  dtypes=(art.dtype,))
 
 
 @dataclass

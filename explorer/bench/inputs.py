@@ -1,4 +1,5 @@
-"""Random float32 inputs for any compiled kernel, in ranges where its recurrence is stable.
+"""Random float32 inputs for any compiled kernel, in ranges where its recurrence is stable (for
+a 16-bit input, float32 values it holds exactly).
 
 A name that is a whole entry of the transition ``A_t`` of the recurrence's affine form (the ``a``
 of ``h[t] = a[t] * h[t-1] + b[t]``, a parameter decay ``g * h[t-1]``, the coefficients of a
@@ -13,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from explorer.runtime.dtypes import from_storage, to_storage
 
 
 def decay_bounds(recurrence: str) -> dict[str, float]:
@@ -54,5 +57,10 @@ def random_inputs(kernel: Any, C: int, L: int, N: int = 16, seed: int = 0) -> di
             value = rng.standard_normal(shape)
         else:
             value = 0.5 * rng.standard_normal(shape)
+        narrow = getattr(kernel, "narrow", {}).get(spec.name)
+        if narrow is not None:
+            # values the 16-bit input holds exactly: the launcher's rounding changes nothing,
+            # and the float64 reference sees what the kernel reads
+            value = from_storage(to_storage(spec.name, value, narrow), narrow)
         arrays[spec.name] = value.astype(np.float32)
     return arrays

@@ -28,6 +28,9 @@ class Problem:
     a: Any
     b: Any
     ref: Any = None  # the float64 reference (CuPy), for methods that try variants
+    #: the dtype of a and b (and of h for the methods that store it so): ``bfloat16`` ones
+    #: are held as their 16-bit patterns (uint16; see explorer.runtime.dtypes)
+    dtype: str = "float32"
     # views for the frameworks, made on first use
     _torch: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -37,14 +40,17 @@ class Problem:
 
     @property
     def bytes(self) -> int:
-        """Bytes the scan must move: read a and b, write h (12 per element in float32)."""
-        return 12 * self.elements
+        """Bytes the scan must move: read a and b, write h (12 per element in float32, 6 in
+        bfloat16 or float16)."""
+        return 3 * (4 if self.dtype == "float32" else 2) * self.elements
 
     def torch(self, name: str) -> Any:
         if name not in self._torch:
             import torch
 
-            self._torch[name] = torch.from_dlpack(getattr(self, name))
+            x = getattr(self, name)
+            self._torch[name] = (torch.from_dlpack(x.view("int16")).view(torch.bfloat16)
+                                 if self.dtype == "bfloat16" else torch.from_dlpack(x))
         return self._torch[name]
 
 
@@ -70,6 +76,8 @@ class Method:
     setup: Callable[[Problem], Prepared]
     description: str = ""
     artifact: str | None = None
+    #: the input dtypes it runs in (a problem of another dtype skips it)
+    dtypes: tuple[str, ...] = ("float32",)
 
 
 # --- the roofline ----------------------------------------------------------------------------
@@ -77,7 +85,7 @@ class Method:
 def _copy_setup(p: Problem) -> Prepared:
     import cupy as cp
 
-    n = p.bytes // 2  # read n bytes, write n bytes: the scan's 12 bytes an element in all
+    n = p.bytes // 2  # read n bytes, write n bytes: the scan's bytes (12 or 6 an element)
     src = cp.empty(n, dtype=cp.uint8)
     src.fill(1)
     dst = cp.empty(n, dtype=cp.uint8)
@@ -89,11 +97,14 @@ def _copy_setup(p: Problem) -> Prepared:
         raise Skip("the copy has no scan result")
 
     return Prepared(run, output, note=f"cudaMemcpyAsync D2D of {n} bytes (reads + writes = "
-                                      "12 B/element)")
+                                      f"{p.bytes // p.elements if p.elements else 0} "
+                                      "B/element)")
 
 
+ALL_DTYPES = ("float32", "bfloat16", "float16")
 COPY = Method("copy (roofline)", "roofline", _copy_setup,
-              "device-to-device copy moving the scan's bytes (read a, b; write h)")
+              "device-to-device copy moving the scan's bytes (read a, b; write h)",
+              dtypes=ALL_DTYPES)
 
 
 # --- CUDA C sequential: one thread per sequence, coalesced through shared memory -------------
@@ -204,7 +215,7 @@ def _torch_loop_setup(p: Problem) -> Prepared:
 
 
 TORCH_LOOP = Method("torch-loop", "baseline", _torch_loop_setup,
-                    "PyTorch eager loop over time on the GPU")
+                    "PyTorch eager loop over time on the GPU", dtypes=ALL_DTYPES)
 
 
 def _combine(x: Any, y: Any) -> Any:
@@ -234,7 +245,7 @@ def _torch_assoc_setup(p: Problem) -> Prepared:
 
 
 TORCH_ASSOC = Method("torch-associative-scan", "baseline", _torch_assoc_setup,
-                     "torch associative_scan under torch.compile")
+                     "torch associative_scan under torch.compile", dtypes=ALL_DTYPES)
 
 
 # --- JAX -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from explorer.bench.generated import generated
 from explorer.bench.methods import COPY, Method, Prepared, Problem, Skip, baselines
 from explorer.bench.results import Record, finalize, gbps
 from explorer.bench.timing import Flusher, time_cuda, time_host
+from explorer.runtime.dtypes import from_storage, to_storage
 
 ProgressFn = Callable[[int, int, Record], None]
 
@@ -101,6 +102,9 @@ def progress_display(total: int) -> Any:
 @dataclass
 class Options:
     tolerance: float = TOLERANCE
+    #: the dtype of the inputs (float32, bfloat16, float16): methods that cannot run in it are
+    #: skipped; the reference is that of the inputs rounded to it
+    dtype: str = "float32"
     warmup: int = 3
     budget_ms: float = 300.0
     min_reps: int = 5
@@ -125,6 +129,8 @@ def _to_cupy(x: Any) -> Any:
 
     if isinstance(x, cp.ndarray):
         return x
+    if str(getattr(x, "dtype", "")) == "torch.bfloat16":   # CuPy has no bfloat16
+        x = x.float()
     return cp.from_dlpack(x)
 
 
@@ -160,6 +166,9 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
     rec = Record(method=method.name, kind=method.kind, C=problem.C, L=problem.L, status="ok")
     t0 = time.perf_counter()
     prepared: Prepared | None = None
+    if problem.dtype not in method.dtypes:
+        rec.status, rec.reason = "skipped", f"runs in {', '.join(method.dtypes)} only"
+        return rec
     try:
         prepared = method.setup(problem)
         rec.note = prepared.note
@@ -196,8 +205,9 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
         else:
             timing = time_cuda(prepared.run, warmup, budget, min_reps, max_reps, flusher)
         rec.time_ms = timing.median_ms
-        rec.bytes_moved = prepared.bytes_moved
-        rec.gbps = gbps(problem.C, problem.L, timing.median_ms, prepared.bytes_moved)
+        rec.bytes_moved = prepared.bytes_moved or (problem.bytes if problem.dtype != "float32"
+                                                   else None)
+        rec.gbps = gbps(problem.C, problem.L, timing.median_ms, rec.bytes_moved)
         rec.timer = timing.timer
         rec.reps = timing.reps
         rec.spread = timing.spread
@@ -267,9 +277,12 @@ def sweep(sizes: str | Sequence[tuple[int, int]], artifacts: Sequence[str] = (),
             group: list[Record] = []
             try:
                 a, b = random_problem(C, L, seed=opts.seed + index, xp=cp)
-                ref = affine_scan_f64(a, b, xp=cp)
+                if opts.dtype != "float32":   # rounded to the dtype: what every method reads
+                    a, b = (to_storage(n, x, opts.dtype, cp) for n, x in (("a", a), ("b", b)))
+                ref = affine_scan_f64(from_storage(a, opts.dtype, cp),
+                                      from_storage(b, opts.dtype, cp), xp=cp)
                 _release()
-                problem = Problem(C, L, a, b, ref)
+                problem = Problem(C, L, a, b, ref, dtype=opts.dtype)
             except Exception as err:  # out of memory, typically
                 reason = f"skipped: inputs or reference failed ({type(err).__name__}: {err})"
                 for m in chosen:
@@ -341,6 +354,7 @@ def run_meta(sizes: str | Sequence[tuple[int, int]], artifacts: Sequence[str],
             "tolerance": opts.tolerance, "l2_flush": opts.flush_l2, "seed": opts.seed,
             "budget_ms": opts.budget_ms, "warmup": opts.warmup, "slow_s": opts.slow_s,
             "slow_reps": opts.slow_reps, "outputs_poisoned_with_nan": True,
+            "dtype": opts.dtype,
             "time_unit": "ms (median of the repetitions)"}
 
 

@@ -59,7 +59,7 @@ def _no_gpu(command: str) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from explorer.bench.affine import TOLERANCE, max_rel_error
+    from explorer.bench.affine import max_rel_error, tolerance
     from explorer.bench.inputs import random_inputs
     from explorer.runtime.artifact import load_artifact
     from explorer.runtime.cuda import CudaKernel
@@ -76,7 +76,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - t0
     outs = out if isinstance(out, dict) else {kernel.output_names[0]: out}
     refs, source = reference_outputs(kernel, arrays, L)
-    tol = args.tolerance if args.tolerance is not None else TOLERANCE
+    # 16-bit outputs: their rounding beside float32's (explorer.bench.affine.tolerance)
+    tol = args.tolerance if args.tolerance is not None else max(
+        tolerance(kernel.narrow.get(name, "float32")) for name in outs)
     worst = 0.0
     print(f"{art.describe()}: {art.recurrence!r}")
     print(f"C={args.channels} L={args.length}"
@@ -95,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from explorer.bench.affine import TOLERANCE
+    from explorer.bench.affine import tolerance
     from explorer.bench.methods import baselines
     from explorer.bench.results import environment, finalize, save_json
     from explorer.bench.sweep import BenchResult, Options, parse_sizes, run_meta, sweep
@@ -111,15 +113,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise CliError(f"--baselines: {err}") from None
     for path in args.artifacts:
-        load_artifact(path)
+        art = load_artifact(path)
+        if art.dtype != args.dtype:
+            raise CliError(f"{path} takes {art.dtype} inputs: run it with --dtype {art.dtype} "
+                           f"(this run is --dtype {args.dtype})")
     for path, flag in ((args.json_path, "--json"), (args.html_path, "--html"),
                        (args.table_path, "--table")):
         if path is not None:
             check_output(path, flag)
     if _no_gpu("bench"):
         return 2
-    opts = Options(tolerance=args.tolerance if args.tolerance is not None else TOLERANCE,
-                   budget_ms=args.budget_ms, seed=args.seed, flush_l2=not args.no_flush)
+    # the default tolerance of 16-bit inputs: their outputs' rounding beside float32's (an
+    # artifact storing float32 outputs is held to it too)
+    opts = Options(tolerance=args.tolerance if args.tolerance is not None else
+                   tolerance(args.dtype), budget_ms=args.budget_ms, seed=args.seed,
+                   flush_l2=not args.no_flush, dtype=args.dtype)
     env = environment()
     meta = run_meta(args.sizes, args.artifacts, opts)
     meta["command"] = "scanweaver " + " ".join(shlex.quote(a) for a in args.argv)

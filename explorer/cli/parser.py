@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list: cuda, torch, torch-scan, jax, cub, accelerated-scan; "
                         "'all' or 'none' (default all)")
     b.add_argument("--no-copy", action="store_true", help="leave out the copy roofline")
+    b.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                   help="the inputs' dtype (default float32): 16-bit inputs are rounded to it, "
+                        "the reference is that of the rounded inputs, and the baselines that "
+                        "cannot run in it are skipped; artifacts must be compiled for it")
     b.add_argument("--json", dest="json_path", default=None, help="write results as JSON")
     b.add_argument("--html", dest="html_path", default=None, help="write the plotly figure")
     b.add_argument("--table", dest="table_path", default=None, help="write the text table")

@@ -124,9 +124,13 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
                                grid_scheme(form, options) if options else "chunked")
     lanes = set(form.recurrence.lane_names)
     out: list[dict[str, Any]] = []
+    # timed inputs in the compile's dtype, outputs in its output dtype (16-bit ones are
+    # extended to float32 where loaded and rounded where stored); the rest stays float32
+    in_dtype = options.dtype if options is not None else "float32"
+    out_dtype = options.output_dtype if options is not None else "float32"
     for name in form.inputs:
         out.append({"name": name, "role": "input", "timed": True, "lane": name in lanes,
-                    "dtype": "float32"})
+                    "dtype": in_dtype})
     for name in form.params:
         out.append({"name": name, "role": "param", "timed": False, "lane": name in lanes,
                     "dtype": "float32"})
@@ -136,7 +140,7 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     for name in form.outputs:
         if name in stored:
             out.append({"name": name, "role": "output", "timed": True,
-                        "lane": bool(form.output_is_lane(name)), "dtype": "float32"})
+                        "lane": bool(form.output_is_lane(name)), "dtype": out_dtype})
     for name in ("C", "N", "L"):
         out.append({"name": name, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64"})

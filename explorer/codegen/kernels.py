@@ -14,7 +14,8 @@ Each level of the plan has its module: :mod:`~explorer.codegen.lower_sequential`
 in :mod:`~explorer.codegen.gen` and :mod:`~explorer.codegen.threads`, and the kernel contract
 in :mod:`~explorer.codegen.contract`.
 
-Data layout (the kernel ABI): every array is a flat, contiguous float32 buffer; inputs are
+Data layout (the kernel ABI): every array is a flat, contiguous buffer (float32; the timed
+inputs and outputs of a 16-bit compile are bf16/f16, :mod:`~explorer.codegen.narrow`); inputs are
 ``(C, L)`` / ``(C, N, L)``, parameters ``(C,)`` / ``(C, N)``, initial states ``(C,)`` / ``(C, N)``,
 outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64; for a vector state, one
 int64 row divisor per input with the lane axis (``rowmap``: such an input may be given with a
@@ -75,6 +76,7 @@ from explorer.codegen.lower_grid import (
 )
 from explorer.codegen.lower_lookback import lookback_block
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
+from explorer.codegen.narrow import narrow_buffers
 from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
 from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
 from explorer.errors import CompileError, OptionError
@@ -219,6 +221,8 @@ def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
             _cuda_module(module_op, form, opts, args, kernels, plan, locs)
         else:
             _cpu_module(module_op, form, opts, args, kernels, plan, locs)
+        # the arrays the contract makes 16-bit: bf16/f16 buffers, extf loads, truncf stores
+        narrow_buffers(module_op, args)
     main = next(k for k in kernels if k.role == "scan")
     return BuiltModule(text="", kernel_name=main.name, args=args, block=main.block,
                        sequences_per_block=main.sequences_per_block,

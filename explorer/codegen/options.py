@@ -13,7 +13,13 @@ from explorer.errors import OptionError
 
 STRATEGIES = ("sequential", "blelloch", "kogge_stone")
 TARGETS = ("cuda", "cpu")
-DTYPES = ("float32",)
+#: the dtype of the timed inputs in memory (``dtype=``): the kernels load a 16-bit input and
+#: extend it to float32 (``arith.extf``), compute and accumulate in float32, and store the outputs
+#: in ``out_dtype``; parameters, initial states and workspaces stay float32
+DTYPES = ("float32", "bfloat16", "float16")
+#: the dtype of the stored outputs (``out_dtype=``): ``None`` (the default) stores them in the
+#: input dtype; ``"float32"`` keeps the float32 results of 16-bit inputs unrounded
+OUT_DTYPES = ("float32", "bfloat16", "float16")
 #: how a tree plan spreads one sequence over blocks when there are too few sequences to fill
 #: the GPU: ``lookback`` (one pass: each block scans one tile and takes the prefix of the tiles
 #: before it from their published aggregates, 12 bytes an fp32 affine element) or ``chunked``
@@ -68,6 +74,14 @@ class Options:
     #: the outputs the kernels write: one of OUTPUTS, or a tuple of output names (resolved
     #: against the recurrence by the plan, :func:`explorer.passes.plan.stored_outputs`)
     outputs: str | tuple[str, ...] = "readouts"
+    #: the dtype of the stored outputs: None for ``dtype`` itself, or one of OUT_DTYPES
+    #: (``"float32"`` with 16-bit inputs: the float32 results, not rounded to 16 bits)
+    out_dtype: str | None = None
+
+    @property
+    def output_dtype(self) -> str:
+        """The dtype the kernels store their outputs in."""
+        return self.out_dtype or self.dtype
 
     @property
     def tile(self) -> int:
@@ -104,7 +118,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if target not in TARGETS:
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
-             "reverse", "grid", "lookback_tiles", "outputs"}
+             "reverse", "grid", "lookback_tiles", "outputs", "out_dtype"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -120,8 +134,17 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if not isinstance(chip, str) or chip not in CHIP_PTX:
         raise OptionError(f"unknown chip {chip!r}; choose one of {', '.join(CHIP_PTX)}")
     dtype = options.get("dtype", defaults.dtype)
-    if dtype not in DTYPES:
-        raise OptionError(f"unsupported dtype {dtype!r}; only {', '.join(DTYPES)} for now")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise OptionError(f"unsupported dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    out_dtype = options.get("out_dtype", defaults.out_dtype)
+    if out_dtype is not None and (not isinstance(out_dtype, str) or out_dtype not in OUT_DTYPES):
+        raise OptionError(f"unsupported out_dtype {out_dtype!r}; choose None (the input dtype) "
+                          f"or one of {', '.join(OUT_DTYPES)}")
+    if out_dtype not in (None, "float32", dtype):
+        raise OptionError(f"out_dtype {out_dtype!r} with dtype {dtype!r}: the outputs are "
+                          f"stored in the input dtype or in float32")
+    if out_dtype == dtype:
+        out_dtype = None   # one spelling a choice: the cache key sees the same options
     opt_level = options.get("opt_level", defaults.opt_level)
     if isinstance(opt_level, bool) or opt_level not in (0, 1, 2, 3):
         raise OptionError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
@@ -137,7 +160,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
-                   lookback_tiles=lookback_tiles, outputs=outputs)
+                   lookback_tiles=lookback_tiles, outputs=outputs, out_dtype=out_dtype)
 
 
 def _outputs(value: object) -> str | tuple[str, ...]:

@@ -96,10 +96,13 @@ def cuda_steps(options: Options) -> list[Step]:
 
 
 def cpu_steps(options: Options) -> list[Step]:
-    """Host lowering: scf/memref/arith/math/func to the LLVM dialect."""
-    del options
+    """Host lowering: scf/memref/arith/math/func to the LLVM dialect. bfloat16 conversions are
+    expanded into integer arithmetic first: LLVM lowers ``fptrunc`` to bfloat on x86 to a call of
+    ``__truncsfbf2``, which the JIT does not find."""
+    bf16 = "bfloat16" in (options.dtype, options.output_dtype)
+    expand = [Step("arith-expand (bf16)", top("arith-expand{include-bf16=true}"))] * bf16
     return [
-        *_cleanup(),
+        *_cleanup(), *expand,
         Step("convert-scf-to-cf", top("convert-scf-to-cf"), rewrites=True),
         Step("expand-strided-metadata", top("expand-strided-metadata")),
         Step("lower-affine", top("lower-affine")),

@@ -8,7 +8,10 @@ functions that run every block and every thread of the same kernel bodies. The `
 are then erased; every op the lowering makes is located at the recurrence term it comes from
 (a name's loads at that name's first use, a readout's arithmetic at its statement, the rest at
 the state's statement), so locations reach the PTX's ``.loc`` lines. The kernel contract
-(arguments, grids, workspaces) is what the launchers read.
+(arguments, grids, workspaces) is what the launchers read. With 16-bit inputs
+(``dtype="bfloat16"``/``"float16"``) the arrays the contract makes 16-bit are ``bf16``/``f16``
+memrefs, loaded through ``arith.extf`` to f32 and stored through ``arith.truncf``
+(:mod:`explorer.codegen.narrow`): the arithmetic stays f32.
 """
 
 from __future__ import annotations

@@ -59,8 +59,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# the kernel contract, its types and their checks, is owned by explorer.runtime.contract; the
-# names below are what the rest of the project imports from here
 from explorer.runtime.contract import (
     _IDENT,
     DEFAULT_PTX,
@@ -75,6 +73,10 @@ from explorer.runtime.contract import (
     parse_kernels,
     size_values,
 )
+
+# the kernel contract, its types and their checks, is owned by explorer.runtime.contract; the
+# names below are what the rest of the project imports from here
+from explorer.runtime.dtypes import ARRAY_DTYPES
 
 __all__ = ["DEFAULT_PTX", "FORMAT", "MANIFEST", "ArgInfo", "Artifact", "ArtifactError",
            "ChunkRule", "KernelInfo", "Machine", "choose_time_chunk", "content_hash",
@@ -149,8 +151,9 @@ def validate_manifest(manifest: Mapping[str, Any]) -> tuple[KernelInfo, ...]:
     if fmt != FORMAT:
         raise ArtifactError(f"manifest: format {_show(fmt)} is not {FORMAT!r}")
     dtype = manifest.get("dtype", "float32")
-    if dtype != "float32":
-        raise ArtifactError(f"manifest: dtype {_show(dtype)} is not supported (float32 only)")
+    if dtype not in ARRAY_DTYPES:
+        raise ArtifactError(f"manifest: dtype {_show(dtype)} is not supported (one of "
+                            f"{', '.join(ARRAY_DTYPES)})")
     for key, kind, what in _TOP_FIELDS:
         if key in manifest and not isinstance(manifest[key], kind):
             raise ArtifactError(f"manifest: field {key!r} must be {what}, "
@@ -159,6 +162,12 @@ def validate_manifest(manifest: Mapping[str, Any]) -> tuple[KernelInfo, ...]:
         raise ArtifactError(f"manifest: field 'hash' must be 64 hex digits (SHA-256), "
                             f"got {_show(manifest['hash'])}")
     kernels = parse_kernels(_need(manifest, "kernels", "manifest"), "manifest: kernels")
+    # the inputs are what the manifest's dtype says (the launchers round into each argument's)
+    for i, k in enumerate(kernels):
+        other = sorted({a.dtype for a in k.args_with_role("input")} - {dtype})
+        if other:
+            raise ArtifactError(f"manifest: kernels[{i}].args ({k.name!r}) take {other} inputs, "
+                                f"but the manifest's dtype is {dtype!r}")
     for field_name in ("outputs", "lane_outputs"):
         names = manifest.get(field_name)
         if names is not None and not all(isinstance(o, str) and _IDENT.fullmatch(o)

@@ -29,7 +29,10 @@ ROLES = ("input", "param", "h0", "output", "size", "workspace", "rowmap")
 #: the int64 arguments: the sizes, and a row divisor (``rowmap``) per input that may be laid
 #: out with a row per block of channels (channel c reads row ``c // divisor``; 1: a row each)
 INT_ROLES = ("size", "rowmap")
-ARG_DTYPES = ("float32", "int64")
+ARG_DTYPES = ("float32", "bfloat16", "float16", "int64")
+#: the roles whose arrays may be 16-bit (the rest, parameters, initial states and workspaces,
+#: are float32; see :mod:`explorer.runtime.dtypes`)
+NARROW_ROLES = ("input", "output")
 SIZE_NAMES = (*FRONTEND_SIZE_NAMES, TIME_CHUNK)
 #: most arguments of a kernel
 MAX_ARGS = 256
@@ -270,8 +273,9 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
     elif role == "rowmap":
         if dtype != "int64":
             raise ArtifactError(f"{where}: row divisor {name!r} must be int64")
-    elif dtype != "float32":
-        raise ArtifactError(f"{where}: array argument {name!r} must be float32")
+    elif dtype == "int64" or (dtype != "float32" and role not in NARROW_ROLES):
+        raise ArtifactError(f"{where}: array argument {name!r} ({role}) must be float32"
+                            + (" or 16-bit" if role in NARROW_ROLES else ""))
     per_chunk: int | None = None
     time_chunk: int | str | None = None
     rule = None

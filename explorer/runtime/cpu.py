@@ -41,6 +41,7 @@ from explorer.runtime.contract import (
     parse_kernels,
     size_values,
 )
+from explorer.runtime.dtypes import storage, to_storage
 
 _CIFACE = "_mlir_ciface_"
 _GRID_SUFFIX = "_grid"
@@ -175,14 +176,19 @@ def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
         if role == "workspace":
             arr = np.zeros(shape, dtype=np.float32)
         elif role == "output":
-            arr = np.empty(shape, dtype=np.float32)
+            arr = np.empty(shape, dtype=storage(a.dtype))   # 16-bit: see runtime.dtypes
             outputs[name] = arr
         elif role == "h0" and name not in arrays_by_name:
             arr = np.zeros(shape, dtype=np.float32)
         else:
             if name not in arrays_by_name:
                 raise ValueError(f"missing array {name!r} {shape}")
-            arr = np.ascontiguousarray(arrays_by_name[name], dtype=np.float32)
+            # marshalled arrays come in their storage (bfloat16 as uint16 patterns); other
+            # arrays are rounded into it
+            given = arrays_by_name[name]
+            if getattr(given, "dtype", None) != storage(a.dtype):
+                given = to_storage(name, given, a.dtype)
+            arr = np.ascontiguousarray(given, dtype=storage(a.dtype))
             if arr.size != int(np.prod(shape)):
                 raise ValueError(f"{name} has {arr.size} elements, expected shape {shape}")
         flat = arr.reshape(-1)

@@ -61,9 +61,11 @@ from explorer.runtime.cuda_device import (  # noqa: F401 - the device API is thi
     gpu_unavailable_reason,
     require_gpu,
 )
+from explorer.runtime.dtypes import NARROW, narrow_result, storage
 from explorer.runtime.shapes import (
     ArgSpec,
     as_array,
+    check_dtype,
     check_float32_range,
     marshal,
     resolve,
@@ -200,7 +202,9 @@ class Launch:
             lane = self.owner.output_lane[name]
             arr = self.outputs[name]
             shaped = arr.reshape((*self.batch, self.N, self.L) if lane else (*self.batch, self.L))
-            outs[name] = _from_cupy(shaped, self.kind, self.template)
+            dtype = self.owner.narrow.get(name)
+            outs[name] = (_from_cupy(shaped, self.kind, self.template) if dtype is None else
+                          narrow_result(shaped, dtype, self.kind, self.template, _from_cupy))
         if len(outs) == 1:
             return next(iter(outs.values()))
         return outs
@@ -237,6 +241,8 @@ class CudaKernel:
         self.output_args = outputs
         self.output_lane = {n: outputs[n].lane for n in self.output_names}
         self.vector = artifact.vector or any(a.lane for a in outputs.values())
+        #: the 16-bit inputs and outputs and their dtypes (see explorer.runtime.dtypes)
+        self.narrow = {a.name: a.dtype for k in kernels for a in k.args if a.dtype in NARROW}
 
     @classmethod
     def from_artifact(cls, artifact: Artifact | str | os.PathLike[str], cast: bool = False,
@@ -286,7 +292,9 @@ class CudaKernel:
 
                 stream = _external_stream(torch.cuda.current_stream(template.device)
                                           .cuda_stream)
-            device_arrays = {n: _to_cupy(n, v, self.cast) for n, v in arrays.items()}
+            # 16-bit inputs are rounded into their storage by marshal (torch ones read there)
+            device_arrays = {n: v if n in self.narrow else _to_cupy(n, v, self.cast)
+                             for n, v in arrays.items()}
             run = self._bind(specs, device_arrays, kind, template, stream, L, time_chunk)
         run.device = device
         return run
@@ -306,6 +314,10 @@ class CudaKernel:
             raise RecurrenceError(f"missing array{'s' * (len(missing) > 1)}: "
                                   f"{', '.join(missing)}")
         for name, value in arrays.items():
+            if name in self.narrow:   # any real array: rounded to the 16-bit dtype
+                check_dtype(name, as_array(name, value) if not hasattr(value, "dtype")
+                            else _ShapeOnly(value))
+                continue
             check_array_dtype(name, value, self.cast)
             if array_kind(value) == "numpy":  # values on the host: their range, before any copy
                 check_float32_range(name, np.asarray(as_array(name, value)))
@@ -329,7 +341,7 @@ class CudaKernel:
         shared = [a.name for a in self.artifact.kernels[0].args if a.role == "rowmap"]
         with _stream_ctx(stream):
             m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, L=L, vector=self.vector,
-                        shared=shared)
+                        shared=shared, dtypes=self.narrow)
             C, N, L = m.C, m.N, m.L
             h0 = {}
             for state, info in self.h0_args.items():
@@ -341,8 +353,10 @@ class CudaKernel:
             outputs = {}
             for name, info in self.output_args.items():
                 shape = (C, N, L) if info.lane else (C, L)
-                outputs[name] = (cp.full(shape, np.nan, dtype=cp.float32) if self.poison
-                                 else cp.empty(shape, dtype=cp.float32))
+                kept = storage(info.dtype)   # NaN poison: 0xFFFF is a bfloat16 NaN too
+                outputs[name] = (cp.full(shape, np.nan if kept.kind == "f" else 0xFFFF,
+                                         dtype=kept) if self.poison
+                                 else cp.empty(shape, dtype=kept))
         run = Launch(owner=self, C=C, N=N, L=L, batch=m.batch,
                      inputs={s.name: m.arrays[s.name] for s in self.specs}, h0=h0,
                      outputs=outputs, kind=kind, template=template, stream=stream)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import RecurrenceError
+from explorer.runtime.dtypes import NARROW, dtype_name, storage, to_storage
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,13 @@ def _full_shape(spec: ArgSpec, shape: tuple[int, ...], batch: tuple[int, ...]
 
 
 def check_dtype(name: str, arr: Any) -> None:
-    kind = np.dtype(arr.dtype).kind
+    text = dtype_name(arr)
+    if text == "bfloat16":   # torch's or ml_dtypes' (NumPy has none)
+        return
+    try:
+        kind = np.dtype(arr.dtype).kind
+    except TypeError:   # a torch dtype: by its name
+        kind = np.dtype(text).kind if text in np.sctypeDict else "?"
     if kind not in "fiu":
         raise RecurrenceError(f"{name} has dtype {arr.dtype}; give real numbers (float32 or "
                               "float64)")
@@ -208,16 +215,24 @@ def shared_rows(own: tuple[int, ...], batch: tuple[int, ...]) -> int | None:
 
 def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
             dtype: Any = np.float32, L: int | None = None, vector: bool = False,
-            shared: Sequence[str] = ()) -> Marshalled:
+            shared: Sequence[str] = (), dtypes: Mapping[str, str] | None = None
+            ) -> Marshalled:
     """Broadcast every array to the canonical contiguous layout of the kernels; an input named
     in ``shared`` and shared by blocks of channels keeps one row per block (its row divisor in
-    ``row_div``)."""
+    ``row_div``). ``dtypes``: the contract dtype of arrays that are not ``dtype`` (a 16-bit
+    input is rounded into its storage, :func:`explorer.runtime.dtypes.to_storage`)."""
     batch, N, length = resolve(specs, arrays, L)
     C = math.prod(batch)
     out = Marshalled(C, N if vector else 1, length, batch)
     for s in specs:
-        arr = xp.asarray(as_array(s.name, arrays[s.name]))
-        if np.dtype(dtype) == np.float32:
+        narrow = (dtypes or {}).get(s.name)
+        if narrow in NARROW:
+            arr = xp.asarray(to_storage(s.name, as_array(s.name, arrays[s.name]), narrow, xp))
+            kept = storage(narrow)
+        else:
+            arr = xp.asarray(as_array(s.name, arrays[s.name]))
+            kept = dtype
+        if np.dtype(kept) == np.float32:
             check_float32_range(s.name, arr, xp)
         # insert the batch axes this array lacks, then broadcast to the full canonical shape
         tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
@@ -229,13 +244,13 @@ def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
             # contiguous float32 already)
             rows = C // div
             arr = xp.broadcast_to(arr, own + tail)
-            out.arrays[s.name] = xp.ascontiguousarray(arr.reshape((rows, *tail)), dtype=dtype)
+            out.arrays[s.name] = xp.ascontiguousarray(arr.reshape((rows, *tail)), dtype=kept)
             out.row_div[s.name] = div
             continue
         full = xp.broadcast_to(arr, batch + tail)
         flat = (C, *tail)
         out.arrays[s.name] = xp.ascontiguousarray(full.reshape(flat) if full.size else
-                                                  xp.zeros(flat), dtype=dtype)
+                                                  xp.zeros(flat), dtype=kept)
     return out
 
 

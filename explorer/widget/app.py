@@ -205,6 +205,10 @@ class Explorer(widgets.VBox):
         if len(dtypes) == 1:
             self.dtype.disabled = True
             self.dtype.tooltip = f"the compiler generates {dtypes[0]} kernels"
+        else:
+            self.dtype.tooltip = ("the inputs' dtype in memory: 16-bit inputs are extended to "
+                                  "float32 where loaded (arith.extf), the outputs rounded to "
+                                  "the same dtype (arith.truncf); see the scan-narrow pass")
 
         # -- stage views ---------------------------------------------------------------------
         self.recurrence_view = RecurrenceView()

@@ -65,19 +65,26 @@ def _flip(value: Any) -> Any:
 
 
 def bounded_inputs(recurrence: Any, reference: Callable[..., Any], channels: int, length: int,
-                   state_size: int = 16, seed: int = 0, reverse: bool = False
-                   ) -> tuple[dict[str, np.ndarray], Any]:
+                   state_size: int = 16, seed: int = 0, reverse: bool = False,
+                   dtype: str = "float32") -> tuple[dict[str, np.ndarray], Any]:
     """Inputs whose float64 reference stays finite and bounded, with that reference.
 
     Tries negative parameters first, then positive ones; returns the last try if neither is
     bounded (the caller shows the numbers as they are).  ``reverse``: the reference of a scan
     backwards in time (compiled with ``reverse=True``), the forward reference of the inputs
-    flipped in time, flipped back.
+    flipped in time, flipped back. ``dtype``: the inputs' dtype in the kernel: the time-indexed
+    inputs are rounded to it first (as float32 values), so the reference sees what the kernel
+    reads.
     """
+    from explorer.runtime.dtypes import NARROW, from_storage, to_storage
+
     arrays: dict[str, np.ndarray] = {}
     expected: Any = None
     for sign in (-1.0, 1.0):
         arrays = sample_inputs(recurrence, channels, length, state_size, seed, sign)
+        if dtype in NARROW:
+            arrays = {k: (from_storage(to_storage(k, v, dtype), dtype).astype(np.float32)
+                          if k in recurrence.inputs else v) for k, v in arrays.items()}
         given = {k: _flip(v) if reverse and k in recurrence.inputs else v
                  for k, v in arrays.items()}
         expected = reference(recurrence, **length_argument(recurrence, length), **given)

@@ -51,6 +51,15 @@ if TYPE_CHECKING:
     from explorer.compiler import Compiled
 
 RELATIVE_TOLERANCE = 1e-3
+
+
+def tolerance_of(options: dict[str, Any]) -> float:
+    """The run check's tolerance for a compile's options: :data:`RELATIVE_TOLERANCE`, plus
+    the unit roundoff of 16-bit outputs (their inputs are rounded before the reference)."""
+    from explorer.runtime.dtypes import UNIT_ROUNDOFF
+
+    out = options.get("out_dtype") or options.get("dtype", "float32")
+    return RELATIVE_TOLERANCE + (UNIT_ROUNDOFF.get(out, 0.0) if out != "float32" else 0.0)
 """A run passes when every output's max relative error (float32 against float64) is below this."""
 
 SIZES = [2 ** k for k in range(6, 23)]
@@ -234,7 +243,8 @@ class RunPanel:
             arrays, expected = bounded_inputs(compiled.recurrence, explorer.reference,
                                               self.channels.value, self.length.value,
                                               self.state_size.value,
-                                              reverse=compiled.options["reverse"])
+                                              reverse=compiled.options["reverse"],
+                                              dtype=compiled.options.get("dtype", "float32"))
             given: dict[str, Any] = {
                 **length_argument(compiled.recurrence, self.length.value), **arrays}
             start = time.perf_counter()
@@ -248,6 +258,7 @@ class RunPanel:
             if not isinstance(result, dict):
                 result = {stored[0]: result}
             rows = compare(result, expected, stored)
+            self.tolerance = tolerance_of(compiled.options)
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
             self.check.value = ("<pre class='sw-check-error' style='color:#a00;"
                                 "white-space:pre-wrap'>"
@@ -258,9 +269,9 @@ class RunPanel:
         self.check.value = self._check_html(rows, seconds, compiled.device)
         return rows
 
-    @staticmethod
-    def passed(rows: list[dict[str, Any]]) -> bool:
-        return bool(rows) and all(np.isfinite(r["max_rel"]) and r["max_rel"] <= RELATIVE_TOLERANCE
+    def passed(self, rows: list[dict[str, Any]]) -> bool:
+        tol = getattr(self, "tolerance", RELATIVE_TOLERANCE)
+        return bool(rows) and all(np.isfinite(r["max_rel"]) and r["max_rel"] <= tol
                                   for r in rows)
 
     def _check_html(self, rows: list[dict[str, Any]], seconds: float, device: str) -> str:
@@ -275,7 +286,8 @@ class RunPanel:
         )
         where = "GPU" if device == "cuda" else "CPU"
         return (f"<div>{verdict} against explorer.reference (float64), tolerance "
-                f"{RELATIVE_TOLERANCE:g} relative; one call on the {where} took "
+                f"{getattr(self, 'tolerance', RELATIVE_TOLERANCE):.3g} relative; one call on "
+                f"the {where} took "
                 f"{seconds * 1e3:.2f} ms (includes transfers and the first-call setup)</div>"
                 "<table style='border-collapse:collapse' cellpadding='3'>"
                 "<tr><th align='left'>output</th><th align='left'>shape</th>"

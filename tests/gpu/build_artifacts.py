@@ -22,6 +22,10 @@ What is built:
   ``-all``); and ``compiled/<preset>-<strategy>.json``, the whole compiled record
   (``Compiled.dump``), which the explorer widget loads on the GPU machine without MLIR.
 
+- ``narrow/<preset>-<strategy>-<dtype>``: the affine scan and the selective scans compiled with
+  16-bit inputs (``dtype="bfloat16"``/``"float16"``; ``-out32``: ``out_dtype="float32"``), for
+  ``test_dtype16_gpu.py``; listed under ``narrow`` in the index, apart from the float32 ones.
+
 ``index.json`` lists what was built and what failed to compile (with the error), so the tests
 report compile failures instead of silently testing less.
 """
@@ -154,27 +158,72 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
     return built, failed
 
 
+#: the 16-bit variants: (preset, strategy, options)
+NARROW_VARIANTS = [
+    *((p, s, {"dtype": d}) for p in ("affine scan", "selective scan", "Mamba selective scan")
+      for s in ("blelloch", "sequential") for d in ("bfloat16", "float16")),
+    ("affine scan", "blelloch", {"dtype": "bfloat16", "grid": "lookback"}),
+    ("affine scan", "blelloch", {"dtype": "bfloat16", "out_dtype": "float32"}),
+    ("affine scan", "sequential", {"dtype": "float16", "out_dtype": "float32"}),
+]
+
+
+def build_narrow(out: Path) -> tuple[dict[str, object], dict[str, str]]:
+    """The 16-bit artifacts (:data:`NARROW_VARIANTS`) in ``out/narrow``."""
+    try:
+        import explorer
+        from explorer.presets import PRESETS
+    except Exception as err:  # no compiler here
+        return {}, {"narrow": f"explorer.compile unavailable: {type(err).__name__}: {err}"}
+    built: dict[str, object] = {}
+    failed: dict[str, str] = {}
+    for preset, strategy, options in NARROW_VARIANTS:
+        text = PRESETS[preset]
+        suffix = "".join(f"-{v}" for k, v in options.items() if k != "out_dtype")
+        suffix += "-out32" if options.get("out_dtype") == "float32" else ""
+        name = f"{re.sub(r'[^a-z0-9]+', '-', preset.lower()).strip('-')}-{strategy}{suffix}"
+        try:
+            compiled = explorer.compile(text, target="cuda", strategy=strategy, **options)
+            compiled.save(out / "narrow" / name)
+            built[name] = {"recurrence": text, "strategy": strategy, "options": options,
+                           "vector": bool(compiled.form.vector),
+                           "outputs": list(compiled.outputs)}
+        except Exception as err:
+            failed[f"narrow/{name}"] = f"{type(err).__name__}: {err}"
+            traceback.print_exc()
+    return built, failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--chip", default="sm_90")
     parser.add_argument("--strategies", default=None,
                         help="comma list (default: every strategy the compiler has)")
+    parser.add_argument("--narrow-only", action="store_true",
+                        help="build the 16-bit artifacts alone (narrow/)")
     args = parser.parse_args(argv)
     out: Path = args.out
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    abi = build_abi(out, args.chip)
     failed: dict[str, str] = {}
-    if "error" in abi:
-        failed["abi"] = str(abi.pop("error"))
-    compiled, failed_c = build_compiled(
-        out, args.strategies.split(",") if args.strategies else None)
-    failed.update(failed_c)
-    index = {"artifacts": {**abi, **compiled}, "failed": failed, "chip": args.chip}
+    abi: dict[str, object] = {}
+    compiled: dict[str, object] = {}
+    if not args.narrow_only:
+        abi = build_abi(out, args.chip)
+        if "error" in abi:
+            failed["abi"] = str(abi.pop("error"))
+        compiled, failed_c = build_compiled(
+            out, args.strategies.split(",") if args.strategies else None)
+        failed.update(failed_c)
+    narrow, failed_n = build_narrow(out)
+    failed.update(failed_n)
+    index = {"artifacts": {**abi, **compiled}, "narrow": narrow, "failed": failed,
+             "chip": args.chip}
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
-    print(f"{len(index['artifacts'])} artifacts in {out}; {len(failed)} failed"
+    print(f"{len(index['artifacts'])} artifacts and {len(narrow)} 16-bit ones in {out}; "
+          f"{len(failed)} failed"
           + "".join(f"\n  {k}: {v.splitlines()[0]}" for k, v in failed.items()))
     return 0 if not failed else 1
 

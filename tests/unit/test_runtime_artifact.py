@@ -107,7 +107,7 @@ def test_grid_follows_the_contract() -> None:
 
 @pytest.mark.parametrize("edit, match", [
     (lambda m: m.update(format="other/2"), "format"),
-    (lambda m: m.update(dtype="float16"), "dtype"),
+    (lambda m: m.update(dtype="float64"), "dtype"),
     (lambda m: m.update(kernels=[]), "kernels"),
     (lambda m: m["kernels"][0].pop("name"), "name"),
     (lambda m: m["kernels"][0].update(block=[2048, 1, 1]), "1024 threads"),

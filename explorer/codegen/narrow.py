@@ -1,0 +1,132 @@
+"""16-bit arrays in memory, float32 arithmetic: kernel buffers retyped to their contract dtype.
+
+The last step of the lowering (:func:`explorer.codegen.kernels.lower_plan`, pass ``scan-lower``):
+the levels emit every kernel over float32 buffers. When the contract gives an argument a
+16-bit dtype (``bfloat16`` or ``float16``: the timed inputs of a ``dtype="bfloat16"`` compile,
+the outputs unless ``out_dtype="float32"``), :func:`narrow_buffers` retypes that argument in
+every function of the module that takes the kernel arguments (the ``gpu.func`` kernels and their
+launcher, or the CPU target's grid functions and entry), and each access to it:
+
+* a load becomes a 16-bit load and ``arith.extf`` to f32 (exact: every bf16/f16 value is an
+  f32 value), so the arithmetic and the accumulation stay in float32;
+* a store becomes ``arith.truncf`` (round to nearest even) and a 16-bit store.
+
+A buffer reaches its accesses directly or through ``memref.reinterpret_cast`` (the CUDA bare
+pointer viewed as a flat memref); any other use is a lowering this pass does not know, and is
+refused rather than left half converted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mlir.dialects import arith, memref
+from mlir.ir import (
+    BF16Type,
+    F16Type,
+    F32Type,
+    FunctionType,
+    InsertionPoint,
+    MemRefType,
+    Type,
+    TypeAttr,
+    Value,
+)
+
+from explorer.codegen.contract import KERNEL_PREFIX
+from explorer.errors import CompileError
+
+#: the 16-bit dtypes of the contract and their MLIR element types
+NARROW = {"bfloat16": BF16Type.get, "float16": F16Type.get}
+
+
+def element_type(dtype: str) -> Type:
+    """The MLIR element type of a contract dtype (float32, bfloat16 or float16)."""
+    if dtype == "float32":
+        return F32Type.get()
+    return NARROW[dtype]()
+
+
+def narrow_buffers(module_op: Any, args: Sequence[dict[str, Any]]) -> int:
+    """Retype the 16-bit arguments of ``args`` (the contract, in parameter order) in every
+    function of the module named after the kernels; returns how many accesses changed."""
+    wanted = {i: a["dtype"] for i, a in enumerate(args) if a.get("dtype") in NARROW}
+    if not wanted:
+        return 0
+    changed = 0
+    for fn in _functions(module_op):
+        block = fn.regions[0].blocks[0]
+        if len(block.arguments) < len(args):
+            raise CompileError(f"{_name(fn)} takes {len(block.arguments)} arguments, fewer "
+                               f"than the {len(args)} of the kernel contract")
+        for i, dtype in wanted.items():
+            arg = block.arguments[i]
+            elem = element_type(dtype)
+            arg.set_type(_retyped(arg.type, elem, f"argument {args[i]['name']!r}"))
+            changed += _rewrite_uses(arg, elem, args[i]["name"])
+        # a gpu.func's block has its workgroup buffers after the parameters
+        ftype = FunctionType(TypeAttr(fn.attributes["function_type"]).value)
+        inputs = [a.type for a in block.arguments][:len(ftype.inputs)]
+        results = ftype.results
+        fn.attributes["function_type"] = TypeAttr.get(FunctionType.get(inputs, results))
+    return changed
+
+
+def _functions(module_op: Any) -> list[Any]:
+    """The functions whose leading parameters are the kernel arguments: every ``gpu.func``
+    and ``func.func`` named ``scanweaver_...``."""
+    out = []
+
+    def visit(op: Any) -> None:
+        op = op.operation
+        if op.name in ("gpu.func", "func.func") and _name(op).startswith(KERNEL_PREFIX):
+            out.append(op)
+            return
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner)
+    visit(module_op)
+    return out
+
+
+def _name(fn: Any) -> str:
+    return str(fn.attributes["sym_name"]).strip('"')
+
+
+def _retyped(t: Type, elem: Type, what: str) -> Type:
+    mt = MemRefType(t)
+    if not isinstance(mt.element_type, F32Type) and str(mt.element_type) != "f32":
+        raise CompileError(f"{what} is a memref of {mt.element_type}, not of f32")
+    return MemRefType.get(mt.shape, elem, mt.layout, mt.memory_space)
+
+
+def _rewrite_uses(value: Value, elem: Type, name: str) -> int:
+    changed = 0
+    for use in list(value.uses):
+        op = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        kind = op.name
+        if kind == "memref.reinterpret_cast" and use.operand_number == 0:
+            result = op.results[0]
+            result.set_type(_retyped(result.type, elem, f"a view of {name!r}"))
+            changed += _rewrite_uses(result, elem, name)
+        elif kind == "memref.load":
+            with InsertionPoint(op), op.location:
+                narrow = memref.load(op.operands[0], list(op.operands[1:]))
+                wide = arith.extf(F32Type.get(), narrow)
+            op.results[0].replace_all_uses_with(wide)
+            op.erase()
+            changed += 1
+        elif kind == "memref.store" and use.operand_number == 1:
+            with InsertionPoint(op), op.location:
+                rounded = arith.truncf(elem, op.operands[0])
+                memref.store(rounded, op.operands[1], list(op.operands[2:]))
+            op.erase()
+            changed += 1
+        elif kind in ("func.call", "gpu.launch_func"):
+            continue   # passed on whole: the callee's parameter is retyped alike
+        else:
+            raise CompileError(f"{name!r} is used by {kind}, which 16-bit buffers do not "
+                               "support yet (only loads, stores and reinterpret_cast)")
+    return changed
