@@ -34,7 +34,6 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -135,6 +134,42 @@ class TorchOps(Ops):
 
     def shape(self, x: Any) -> tuple[int, ...]:
         return tuple(x.shape)
+
+    # the shifts write into one new tensor (no zeros, no concatenation), and a product with a
+    # shifted array reads it where it is
+    def shift(self, x: Any, k: int, init: Any, L: int) -> Any:
+        if k == 0 or k >= L:
+            return super().shift(x, k, init, L)
+        out = x.new_empty(x.shape)
+        out[..., k:].copy_(x[..., :L - k])
+        out[..., :k].copy_(super().shift(x[..., :k], k, init, k))
+        return out
+
+    def next(self, x: Any) -> Any:
+        if x.shape[-1] <= 1:
+            return x
+        out = x.new_empty(x.shape)
+        out[..., :-1].copy_(x[..., 1:])
+        out[..., -1:].copy_(x[..., -1:])
+        return out
+
+    def mul_shifted(self, r: Any, x: Any, k: int, init: Any, L: int) -> Any:
+        if k == 0 or k >= L or not hasattr(r, "shape"):
+            return super().mul_shifted(r, x, k, init, L)
+        shape = self.torch.broadcast_shapes(r.shape, x.shape)
+        out = x.new_empty(shape, dtype=self.torch.result_type(r, x))
+        timed = r.shape[-1] == L
+        self.torch.mul(r[..., k:] if timed else r, x[..., :L - k], out=out[..., k:])
+        head = super().shift(x[..., :k], k, init, k)
+        out[..., :k].copy_(r[..., :k] * head if timed else r * head)
+        return out
+
+    def dense(self, x: Any, shape: tuple[int, ...], like: Any) -> Any:
+        if hasattr(x, "shape") and tuple(x.shape) == tuple(shape) and x.dtype == like.dtype:
+            if x.is_contiguous():
+                return x          # a tensor of its own already: no zeros, no sum
+            return x.contiguous()
+        return super().dense(x, shape, like)
 
 
 class _Specs:
@@ -274,23 +309,12 @@ class _Runner:
                 for k, v in out.items()}
 
     def _cuda(self, given: dict[str, Any], L: int | None) -> list[Any]:
-        """The PTX kernels through CuPy, on torch's current stream, without synchronising."""
-        import torch
-
+        """The PTX kernels through CuPy, on torch's current stream, without synchronising; a
+        launch plan cached per shapes and strides (:mod:`explorer.runtime.cuda_plan`) makes a
+        repeated call cost little host time."""
         kernel: Any = self.compiled_for("cuda").runner("cuda")
-        # broadcast views (stride 0) are laid out once here; the runtime marshals them to the
-        # same contiguous layout anyway
-        given = {n: x.contiguous() for n, x in given.items()}
-        run = kernel.prepare(L=L, **given)   # picks torch's current stream for torch tensors
-        run.launch()
-        res = []
-        with run.stream if run.stream is not None else nullcontext():
-            for o in self.specs.outputs:
-                arr = run.outputs[o]
-                lane = o in self.specs.lane_outputs
-                shape = (*run.batch, run.N, run.L) if lane else (*run.batch, run.L)
-                res.append(torch.from_dlpack(arr.reshape(shape)))
-        return res
+        outs = kernel.launch_torch(L=L, **given)
+        return [outs[o] for o in self.specs.outputs]
 
 
 class RecurrenceOp:
