@@ -5,6 +5,7 @@ NumPy and for torch: :class:`Ops`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -172,23 +173,32 @@ def product(expr: sympy.Expr, env: _Lazy, ops: Ops, full: tuple[int, ...],
     """``scale * expr`` (``scale`` None: 1), where a product with a past state ``s[t-k]`` as a
     factor is computed on the shifted trajectory without laying out ``s[t-k]`` (one pass
     fewer, and no copy of the states)."""
-    factors = sympy.Mul.make_args(expr)
-    past = [f for f in factors if f.is_Symbol and f.name in env.past and f.name not in env]
-    if len(past) != 1:
+    factor, rest = _past_factor(expr, tuple(sorted(env.past)))
+    if factor is None or factor in env:
         if expr == 1 and scale is not None:
             return scale   # the array itself (the gradient of b in a * h + b is lam)
         value = evaluate(expr, env, ops, full)
         return value if scale is None else scale * value
-    rest = sympy.Mul(*[f for f in factors if f is not past[0]])
     r = scale
     if rest != 1:
         v = evaluate(rest, env, ops, full)
         r = v if r is None else r * v
-    x, k, init, length = env.past[past[0].name]
+    x, k, init, length = env.past[factor]
     if r is None or isinstance(r, float):
-        value = env[past[0].name]
+        value = env[factor]
         return value if r is None else r * value
     return ops.mul_shifted(r, x, k, init, length)
+
+
+@functools.lru_cache(maxsize=1024)
+def _past_factor(expr: sympy.Expr, past: tuple[str, ...]) -> tuple[str | None, sympy.Expr]:
+    """(the past state that is a factor of ``expr``, the other factors) when exactly one is;
+    (None, expr) otherwise.  Cached: the backward reads the same expressions every call."""
+    factors = sympy.Mul.make_args(expr)
+    hits = [f for f in factors if f.is_Symbol and f.name in past]
+    if len(hits) != 1:
+        return None, expr
+    return hits[0].name, sympy.Mul(*[f for f in factors if f is not hits[0]])
 
 
 def canonical_shape(shape: tuple[int, ...], timed: bool, lane: bool, rank: int

@@ -156,7 +156,7 @@ class TorchOps(Ops):
     def mul_shifted(self, r: Any, x: Any, k: int, init: Any, L: int) -> Any:
         if k == 0 or k >= L or not hasattr(r, "shape"):
             return super().mul_shifted(r, x, k, init, L)
-        shape = self.torch.broadcast_shapes(r.shape, x.shape)
+        shape = _broadcast(tuple(r.shape), tuple(x.shape))
         out = x.new_empty(shape, dtype=self.torch.result_type(r, x))
         timed = r.shape[-1] == L
         self.torch.mul(r[..., k:] if timed else r, x[..., :L - k], out=out[..., k:])
@@ -170,6 +170,15 @@ class TorchOps(Ops):
                 return x          # a tensor of its own already: no zeros, no sum
             return x.contiguous()
         return super().dense(x, shape, like)
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast of two shapes (the caller's shapes broadcast: checked by the product)."""
+    if a == b:
+        return a
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
 
 
 class _Specs:

@@ -143,9 +143,9 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
 
     batch, N, length = resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()}, L)
     C = math.prod(batch)
-    N = N if kernel.vector else 1
     shared = [a.name for a in kernel.artifact.kernels[0].args if a.role == "rowmap"]
     layouts, row_div = _layouts(specs, arrays, batch, N, length, shared, C)
+    N = N if kernel.vector else 1   # as marshal: the lane axis of the kernels' side
     tdev = torch.device("cuda", device)
     with cp.cuda.Device(device):
         stream = cupy_stream(stream_ptr)
