@@ -241,16 +241,44 @@ class AffineProblem(Problem):
         return scan(xs["a"], xs["b"])
 
     def check(self, grads: dict[str, Any]) -> float:
+        """Channels 0 and 1 against float64 (every method has the same inputs and cotangent:
+        the reference is computed once)."""
+        if getattr(self, "_ref", None) is None:
+            self._ref = self._reference()
+        return max(_rel(grads[k][:2].double().cpu(), ref) for k, ref in self._ref.items())
+
+    def _reference(self) -> dict[str, Any]:
+        """torch autograd through a float64 loop; beyond 4096 steps (an autograd graph of
+        millions of nodes) the adjoint recurrence written out, in Python floats."""
         import torch
 
         xs, g = self.last
-        a, b = (xs[k][:2].detach().double().cpu().requires_grad_() for k in "ab")
-        h, hs = torch.zeros(2, dtype=torch.float64), []
-        for t in range(self.L):
-            h = a[:, t] * h + b[:, t]
-            hs.append(h)
-        (torch.stack(hs, -1) * g[:2].double().cpu()).sum().backward()
-        return max(_rel(grads[k][:2].double().cpu(), v.grad) for k, v in (("a", a), ("b", b)))
+        if self.L <= 4096:
+            a, b = (xs[k][:2].detach().double().cpu().requires_grad_() for k in "ab")
+            h, hs = torch.zeros(2, dtype=torch.float64), []
+            for t in range(self.L):
+                h = a[:, t] * h + b[:, t]
+                hs.append(h)
+            (torch.stack(hs, -1) * g[:2].double().cpu()).sum().backward()
+            return {"a": a.grad, "b": b.grad}
+        da, db = [], []
+        for c in range(2):
+            A = xs["a"][c].detach().double().cpu().tolist()
+            B = xs["b"][c].detach().double().cpu().tolist()
+            G = g[c].double().cpu().tolist()
+            h, hs = 0.0, []
+            for t in range(self.L):
+                h = A[t] * h + B[t]
+                hs.append(h)
+            lam, ga, gb = 0.0, [0.0] * self.L, [0.0] * self.L
+            for t in range(self.L - 1, -1, -1):   # lam[t] = dL/dh[t] + a[t+1] lam[t+1]
+                lam = G[t] + (A[t + 1] * lam if t + 1 < self.L else 0.0)
+                gb[t] = lam
+                ga[t] = lam * (hs[t - 1] if t > 0 else 0.0)
+            da.append(ga)
+            db.append(gb)
+        return {"a": torch.tensor(da, dtype=torch.float64),
+                "b": torch.tensor(db, dtype=torch.float64)}
 
 
 class SelectiveProblem(Problem):
@@ -291,6 +319,15 @@ class SelectiveProblem(Problem):
 
     def check(self, grads: dict[str, Any]) -> float:
         """Channels 0 and 1 of every batch (B and C are shared by all channels: not checked)."""
+
+        if getattr(self, "_ref", None) is None:
+            self._ref = self._reference()
+        v = self._ref
+        ours = {"dt": grads["dt"][:, :2], "x": grads["x"][:, :2], "A": grads["A"][:2],
+                "D": grads["D"][:2]}
+        return max(_rel(ours[k].double().cpu(), v[k].grad) for k in ours)
+
+    def _reference(self) -> dict[str, Any]:
         import torch
 
         xs, g = self.last
@@ -303,9 +340,7 @@ class SelectiveProblem(Problem):
             h = torch.exp(dt * v["A"]) * h + dt * v["B"][:, None, :, t] * x
             ys.append((v["C"][:, None, :, t] * h).sum(-1) + v["D"] * x[..., 0])
         (torch.stack(ys, -1) * g[:, :2].double().cpu()).sum().backward()
-        ours = {"dt": grads["dt"][:, :2], "x": grads["x"][:, :2], "A": grads["A"][:2],
-                "D": grads["D"][:2]}
-        return max(_rel(ours[k].double().cpu(), v[k].grad) for k in ours)
+        return v
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -362,8 +397,28 @@ def host_ms(run: Callable[[], Any], reps: int = 20) -> float:
     return sorted(samples)[len(samples) // 2]
 
 
-def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0
-                ) -> dict[str, Any]:
+def kernel_times(run: Callable[[], Any], reps: int = 5) -> list[tuple[str, float, int]]:
+    """(kernel, microseconds a call, launches a call) of ``run``'s GPU work (torch.profiler),
+    the largest first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            run()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            rows.append((e.key[:70], us / reps, e.count // reps))
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0,
+                kernels: bool = False) -> dict[str, Any]:
     record: dict[str, Any] = {"problem": p.name, "bytes": p.bytes_moved, "methods": {}}
     grads: dict[str, Any] = {}
     runs: dict[str, Any] = {}
@@ -398,6 +453,11 @@ def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0
             record["methods"][name]["ms"] = t.median_ms
             record["methods"][name]["host_ms"] = host_ms(run)
             record["methods"][name]["forward_host_ms"] = host_ms(forwards[name])
+            if kernels and name == "ours":
+                try:
+                    record["methods"][name]["kernels"] = kernel_times(run)
+                except Exception as err:  # noqa: BLE001 - the profiler is optional
+                    record["methods"][name]["kernels"] = [(f"no profile: {err}"[:70], 0.0, 0)]
         copy = _copy_ms(p.bytes_moved, p.device)
         record["copy_ms"] = copy
         timed = {n: m["ms"] for n, m in record["methods"].items() if "ms" in m}
@@ -435,6 +495,8 @@ def _print(record: dict[str, Any], device: str) -> None:
         elif device != "cuda":
             parts.append("not timed (no GPU)")
         print(f"  {name:<22} " + ", ".join(parts))
+        for kernel, us, count in m.get("kernels", []):
+            print(f"      {us:9.1f} us  x{count}  {kernel}")
 
 
 def build(folder: Path) -> None:
@@ -466,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(inductor; slow to set up)")
     ap.add_argument("--warp", action="store_true",
                     help="also accelerated-scan's CUDA warp kernels (built on first import)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="list the GPU kernels of our backward and their times (torch.profiler)")
     ap.add_argument("--setup-limit", type=float, default=120.0,
                     help="seconds a method's setup may take before it is skipped (0: none)")
     ap.add_argument("--json", type=Path, help="write the results here")
@@ -515,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         except Skip as why:
             print(f"skipped: {why}")
             continue
-        record = run_problem(problem, args.budget_ms, args.setup_limit)
+        record = run_problem(problem, args.budget_ms, args.setup_limit, args.kernels)
         _print(record, device)
         # a baseline with wrong gradients is reported; only ours failing fails the run
         failed |= any("failed" in m for n, m in record["methods"].items()

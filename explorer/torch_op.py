@@ -142,7 +142,10 @@ class TorchOps(Ops):
             return super().shift(x, k, init, L)
         out = x.new_empty(x.shape)
         out[..., k:].copy_(x[..., :L - k])
-        out[..., :k].copy_(super().shift(x[..., :k], k, init, k))
+        if init is None:
+            out[..., :k].zero_()
+        else:
+            out[..., :k].copy_(super().shift(x[..., :k], k, init, k))
         return out
 
     def next(self, x: Any) -> Any:
@@ -160,8 +163,11 @@ class TorchOps(Ops):
         out = x.new_empty(shape, dtype=self.torch.result_type(r, x))
         timed = r.shape[-1] == L
         self.torch.mul(r[..., k:] if timed else r, x[..., :L - k], out=out[..., k:])
-        head = super().shift(x[..., :k], k, init, k)
-        out[..., :k].copy_(r[..., :k] * head if timed else r * head)
+        if init is None:   # x[t-k] is zero before the sequence starts
+            out[..., :k].zero_()
+        else:
+            head = super().shift(x[..., :k], k, init, k)
+            out[..., :k].copy_(r[..., :k] * head if timed else r * head)
         return out
 
     def dense(self, x: Any, shape: tuple[int, ...], like: Any) -> Any:
