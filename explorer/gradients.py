@@ -356,11 +356,13 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         if n in rec.inputs:
             g = flip(g)
         out[n] = g.reshape(shapes[n])
-    at0 = {k: (v[..., :1] if k in rec.inputs else v) for k, v in env.items()}
+    at0: dict[str, Any] | None = None   # the arrays at t = 0, made when an h0 needs them
     for s in rec.states:
         key = h0_name(s)
         if key not in arrays or (needed is not None and key not in needed):
             continue
+        if at0 is None:
+            at0 = {k: (v[..., :1] if k in rec.inputs else v) for k, v in env.items()}
         canon = ops.shape(views[key])
         g = ops.zeros(canon, like)
         for i, e in bw.h0_terms[s]:
