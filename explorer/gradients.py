@@ -5,6 +5,7 @@ NumPy and for torch: :class:`Ops`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,22 @@ class Ops:
 
     def shape(self, x: Any) -> tuple[int, ...]:
         return tuple(x.shape)
+
+    def shift(self, x: Any, k: int, init: Any, L: int) -> Any:
+        """``x[t-k]`` along the last axis (see :func:`_prev`)."""
+        return _prev(x, k, init, self, L)
+
+    def next(self, x: Any) -> Any:
+        """``x[t+1]`` along the last axis, the last step repeated (see :func:`_next`)."""
+        return _next(x, self)
+
+    def mul_shifted(self, r: Any, x: Any, k: int, init: Any, L: int) -> Any:
+        """``r * x[t-k]``: torch computes it without laying out the shifted ``x``."""
+        return r * self.shift(x, k, init, L)
+
+    def dense(self, x: Any, shape: tuple[int, ...], like: Any) -> Any:
+        """``x`` (a sum of broadcast parts) as an array of its own of ``shape``."""
+        return self.zeros(shape, like) + x
 
 
 NUMPY = Ops()
@@ -135,13 +152,53 @@ class _Lazy(dict[str, Any]):
                  full: tuple[int, ...]) -> None:
         super().__init__(base)
         self.shared, self.ops, self.full = shared, ops, full
+        #: the past states s[t-k]: name -> (trajectory, k, initial state), laid out only when
+        #: an expression reads them other than as a factor of a product
+        self.past: dict[str, tuple[Any, int, Any, int]] = {}
 
     def __missing__(self, name: str) -> Any:
-        if name not in self.shared:
+        if name in self.past:
+            x, k, init, length = self.past[name]
+            value = self.ops.shift(x, k, init, length)
+        elif name in self.shared:
+            value = product(self.shared[name], self, self.ops, self.full)
+        else:
             raise KeyError(name)
-        value = evaluate(self.shared[name], self, self.ops, self.full)
         self[name] = value
         return value
+
+
+def product(expr: sympy.Expr, env: _Lazy, ops: Ops, full: tuple[int, ...],
+            scale: Any = None) -> Any:
+    """``scale * expr`` (``scale`` None: 1), where a product with a past state ``s[t-k]`` as a
+    factor is computed on the shifted trajectory without laying out ``s[t-k]`` (one pass
+    fewer, and no copy of the states)."""
+    factor, rest = _past_factor(expr, tuple(sorted(env.past)))
+    if factor is None or factor in env:
+        if expr == 1 and scale is not None:
+            return scale   # the array itself (the gradient of b in a * h + b is lam)
+        value = evaluate(expr, env, ops, full)
+        return value if scale is None else scale * value
+    r = scale
+    if rest != 1:
+        v = evaluate(rest, env, ops, full)
+        r = v if r is None else r * v
+    x, k, init, length = env.past[factor]
+    if r is None or isinstance(r, float):
+        value = env[factor]
+        return value if r is None else r * value
+    return ops.mul_shifted(r, x, k, init, length)
+
+
+@functools.lru_cache(maxsize=1024)
+def _past_factor(expr: sympy.Expr, past: tuple[str, ...]) -> tuple[str | None, sympy.Expr]:
+    """(the past state that is a factor of ``expr``, the other factors) when exactly one is;
+    (None, expr) otherwise.  Cached: the backward reads the same expressions every call."""
+    factors = sympy.Mul.make_args(expr)
+    hits = [f for f in factors if f.is_Symbol and f.name in past]
+    if len(hits) != 1:
+        return None, expr
+    return hits[0].name, sympy.Mul(*[f for f in factors if f is not hits[0]])
 
 
 def canonical_shape(shape: tuple[int, ...], timed: bool, lane: bool, rank: int
@@ -239,8 +296,9 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
                 bw.shared, ops, full)
     like = s0
     for s in rec.states:
-        for k in range(form.recurrence.order[s] + 1):
-            env[state_symbol(s, k).name] = _prev(traj[s], k, h0[s], ops, length)
+        env[state_symbol(s, 0).name] = traj[s]
+        for k in range(1, form.recurrence.order[s] + 1):
+            env.past[state_symbol(s, k).name] = (traj[s], k, h0[s], length)
     for o in form.outputs:
         g = cotangents.get(o)
         lane = vector and o in rec.states
@@ -257,7 +315,7 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
     for n in brec.inputs + brec.params:
         if n in names.next.values():
             x = next(k for k, v in names.next.items() if v == n)
-            value = _next(env[x], ops)
+            value = ops.next(env[x])
         elif n in names.trajectory.values():
             s = next(k for k, v in names.trajectory.items() if v == n)
             value = env[state_symbol(s, 0).name]
@@ -285,22 +343,26 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         # derivative does (dL/dD of sum(C * h) + D * x is per channel, not per lane)
         grads = []
         for i, _ in bw.scan_terms.get(n, []):
-            grads.append(lam[i] * evaluate(bw.reduced[("scan", n, i)], env, ops, full))
+            grads.append(product(bw.reduced[("scan", n, i)], env, ops, full, lam[i]))
         for r, _ in bw.readout_terms.get(n, []):
-            grads.append(env[names.cotangent[r]] *
-                         evaluate(bw.reduced[("readout", n, r)], env, ops, full))
+            grads.append(product(bw.reduced[("readout", n, r)], env, ops, full,
+                                 env[names.cotangent[r]]))
         canon = ops.shape(views[n])
-        g = ops.zeros(canon, like)
+        g = None
         for part in grads:
-            g = g + reduce_to(part, canon, ops)
+            part = reduce_to(part, canon, ops)
+            g = part if g is None else g + part
+        g = ops.zeros(canon, like) if g is None else ops.dense(g, canon, like)
         if n in rec.inputs:
             g = flip(g)
         out[n] = g.reshape(shapes[n])
-    at0 = {k: (v[..., :1] if k in rec.inputs else v) for k, v in env.items()}
+    at0: dict[str, Any] | None = None   # the arrays at t = 0, made when an h0 needs them
     for s in rec.states:
         key = h0_name(s)
         if key not in arrays or (needed is not None and key not in needed):
             continue
+        if at0 is None:
+            at0 = {k: (v[..., :1] if k in rec.inputs else v) for k, v in env.items()}
         canon = ops.shape(views[key])
         g = ops.zeros(canon, like)
         for i, e in bw.h0_terms[s]:

@@ -26,7 +26,18 @@ host; slow, for checking the derivation, for instance with ``torch.autograd.grad
 the results are float64.  Other dtypes are refused.
 
 Saved for backward: the tensors given (inputs, parameters, initial states) and the forward's
-state outputs; everything else is recomputed (see :mod:`explorer.autodiff`).
+state outputs; everything else is recomputed (see :mod:`explorer.autodiff`).  What the backward
+lays out on the GPU, for ``h[t] = a[t] * h[t-1] + b[t]``: ``a_next[t] = a[t+1]`` (one copy: the
+adjoint kernel reads its inputs in step), the adjoint ``lam`` (the kernel's output), and
+``dL/da = lam * h[t-1]`` computed on the shifted saved trajectory (no tensor of ``h[t-1]``, no
+zeros, no concatenation); ``dL/db`` is ``lam`` itself.  In general a past state ``s[t-k]`` is
+laid out (one new tensor, its first ``k`` steps the initial state or zeros) only where an
+expression reads it other than as a factor of a product, and a gradient with one term is that
+term, not a sum into zeros.
+
+Host time: CUDA calls go through :meth:`explorer.runtime.cuda.CudaKernel.launch_torch`, which
+keeps a launch plan per shapes and strides (:mod:`explorer.runtime.cuda_plan`), so a repeated
+call checks and binds nothing again.
 """
 
 from __future__ import annotations
@@ -34,14 +45,14 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from explorer.autodiff import Backward, grad
 from explorer.frontend.names import h0_name
-from explorer.gradients import Ops, gradients
+from explorer.gradients import gradients
+from explorer.torch_arrays import TorchOps
 
 if TYPE_CHECKING:
     from explorer.compiler import Compiled
@@ -78,68 +89,6 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None) -> RecurrenceO
         with op._compile_lock:
             op._compiles[("adjoint", adjoint.target)] = adjoint
     return op
-
-
-class TorchOps(Ops):
-    """The array operations of the gradient formulas, on torch tensors."""
-
-    def __init__(self) -> None:
-        import torch
-
-        self.torch = torch
-
-    def exp(self, x: Any) -> Any:
-        return self.torch.exp(x)
-
-    def log(self, x: Any) -> Any:
-        return self.torch.log(x)
-
-    def tanh(self, x: Any) -> Any:
-        return self.torch.tanh(x)
-
-    def abs(self, x: Any) -> Any:
-        return self.torch.abs(x)
-
-    def sign(self, x: Any) -> Any:
-        return self.torch.sign(x)
-
-    def sqrt(self, x: Any) -> Any:
-        return self.torch.sqrt(x)
-
-    def power(self, x: Any, p: float) -> Any:
-        return self.torch.pow(x, p)
-
-    def maximum(self, x: Any, y: Any) -> Any:
-        if isinstance(x, float):
-            return self.torch.clamp_min(y, x)
-        if isinstance(y, float):
-            return self.torch.clamp_min(x, y)
-        return self.torch.maximum(x, y)
-
-    def minimum(self, x: Any, y: Any) -> Any:
-        if isinstance(x, float):
-            return self.torch.clamp_max(y, x)
-        if isinstance(y, float):
-            return self.torch.clamp_max(x, y)
-        return self.torch.minimum(x, y)
-
-    def sum(self, x: Any, axis: int) -> Any:
-        return x.sum(dim=axis, keepdim=True)
-
-    def cat(self, parts: list[Any]) -> Any:
-        return self.torch.cat(parts, dim=-1)
-
-    def broadcast(self, x: Any, shape: tuple[int, ...]) -> Any:
-        return x.expand(shape)
-
-    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
-        return like.new_zeros(shape)
-
-    def flip(self, x: Any) -> Any:
-        return self.torch.flip(x, dims=[-1])
-
-    def shape(self, x: Any) -> tuple[int, ...]:
-        return tuple(x.shape)
 
 
 class _Specs:
@@ -279,23 +228,12 @@ class _Runner:
                 for k, v in out.items()}
 
     def _cuda(self, given: dict[str, Any], L: int | None) -> list[Any]:
-        """The PTX kernels through CuPy, on torch's current stream, without synchronising."""
-        import torch
-
+        """The PTX kernels through CuPy, on torch's current stream, without synchronising; a
+        launch plan cached per shapes and strides (:mod:`explorer.runtime.cuda_plan`) makes a
+        repeated call cost little host time."""
         kernel: Any = self.compiled_for("cuda").runner("cuda")
-        # broadcast views (stride 0) are laid out once here; the runtime marshals them to the
-        # same contiguous layout anyway
-        given = {n: x.contiguous() for n, x in given.items()}
-        run = kernel.prepare(L=L, **given)   # picks torch's current stream for torch tensors
-        run.launch()
-        res = []
-        with run.stream if run.stream is not None else nullcontext():
-            for o in self.specs.outputs:
-                arr = run.outputs[o]
-                lane = o in self.specs.lane_outputs
-                shape = (*run.batch, run.N, run.L) if lane else (*run.batch, run.L)
-                res.append(torch.from_dlpack(arr.reshape(shape)))
-        return res
+        outs = kernel.launch_torch(L=L, **given)
+        return [outs[o] for o in self.specs.outputs]
 
 
 class RecurrenceOp:

@@ -61,6 +61,7 @@ from explorer.runtime.cuda_device import (  # noqa: F401 - the device API is thi
     gpu_unavailable_reason,
     require_gpu,
 )
+from explorer.runtime.cuda_plan import PlanCache, build_plan, run_plan, signature
 from explorer.runtime.dtypes import NARROW, narrow_result, storage
 from explorer.runtime.shapes import (
     ArgSpec,
@@ -243,6 +244,7 @@ class CudaKernel:
         self.vector = artifact.vector or any(a.lane for a in outputs.values())
         #: the 16-bit inputs and outputs and their dtypes (see explorer.runtime.dtypes)
         self.narrow = {a.name: a.dtype for k in kernels for a in k.args if a.dtype in NARROW}
+        self._plans = PlanCache()
 
     @classmethod
     def from_artifact(cls, artifact: Artifact | str | os.PathLike[str], cast: bool = False,
@@ -298,6 +300,31 @@ class CudaKernel:
             run = self._bind(specs, device_arrays, kind, template, stream, L, time_chunk)
         run.device = device
         return run
+
+    def launch_torch(self, /, L: int | None = None, time_chunk: int | None = None,
+                     **tensors: Any) -> dict[str, Any]:
+        """Launch on torch CUDA tensors, on torch's current stream, without waiting: the
+        outputs by name as torch tensors (batch shape).  Calls of the same shapes, strides and
+        dtypes reuse a cached launch plan (:mod:`explorer.runtime.cuda_plan`); tensors that are
+        not float32 CUDA tensors of one device take the path of :meth:`prepare`."""
+        import torch
+
+        device = next((x.device for x in tensors.values()
+                       if isinstance(x, torch.Tensor) and x.is_cuda), None)
+        ptr = torch.cuda.current_stream(device).cuda_stream if device is not None else None
+        key = signature(tensors, L, time_chunk, ptr) if ptr is not None else None
+        if key is None:
+            run = self.prepare(L=L, time_chunk=time_chunk, **tensors)
+            run.launch()
+            return {n: _from_cupy(run.outputs[n].reshape(
+                (*run.batch, run.N, run.L) if self.output_lane[n] else (*run.batch, run.L)),
+                "torch", None) for n in self.output_names}
+        plan = self._plans.get(key)
+        if plan is None:
+            require_gpu()
+            plan = build_plan(self, tensors, L, time_chunk, ptr)
+            self._plans.put(key, plan)
+        return run_plan(self, plan, tensors)
 
     def check(self, /, L: int | None = None, **arrays: Any) -> list[ArgSpec]:
         """Names, dtypes and shapes (on the host, no copy); the specs to marshal with."""

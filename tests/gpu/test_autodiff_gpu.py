@@ -228,3 +228,50 @@ def test_float64_cuda_tensors_run_the_reference():
     ref = torch_reference(rec, {k: leaves[k].cpu() for k in arrays},
                           {k: leaves[k].cpu() for k in h0})["h"]
     assert torch.allclose(out.cpu(), ref)
+
+
+@pytest.mark.gpu
+def test_launch_plans_match_the_checking_path():
+    """``launch_torch`` (a launch plan cached per shapes and strides) gives what ``prepare``
+    gives, for tensors in the kernels' layout, broadcast parameters, inputs with one row per
+    block of channels (B and C), a non-contiguous input and new data under a cached plan."""
+    text = ex.PRESETS["selective scan"]
+    op = _op(text, BLELLOCH)
+    kernel = op._forward_for("cuda").runner("cuda")
+    for seed in (0, 1):
+        arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=50, seed=seed)
+        given = {k: torch.tensor(v, device="cuda") for k, v in arrays.items()}
+        # x as the transpose of a (L, ...) tensor: not contiguous, laid out by the plan
+        given["x"] = torch.tensor(np.ascontiguousarray(np.moveaxis(arrays["x"], -1, 0)),
+                                  device="cuda").movedim(0, -1)
+        assert not given["x"].is_contiguous()
+        # B with a row per block of channels (as Mamba's), C the same but a strided view
+        given["B"] = given["B"][:, :1].contiguous()
+        given["C"] = given["C"][:, :1]
+        for with_h0 in (False, True):
+            call = dict(given)
+            if with_h0:
+                call.update({k: torch.tensor(v, device="cuda") for k, v in h0.items()})
+            want = kernel(**{k: v.cpu().numpy() for k, v in call.items()})
+            want = want if isinstance(want, dict) else {kernel.output_names[0]: want}
+            for _ in range(2):   # the second call runs the cached plan
+                got = kernel.launch_torch(**call)
+                torch.cuda.synchronize()
+                for k, v in want.items():
+                    assert got[k].shape == tuple(v.shape), k
+                    np.testing.assert_allclose(got[k].cpu().numpy(), v, rtol=1e-5,
+                                               atol=1e-6, err_msg=k)
+    assert len(kernel._plans.plans) >= 2   # with and without h0: two signatures
+
+
+@pytest.mark.gpu
+def test_launch_plans_refuse_what_prepare_refuses():
+    text = ex.PRESETS["affine scan"]
+    kernel = _op(text, BLELLOCH)._forward_for("cuda").runner("cuda")
+    a = torch.rand(4, 16, device="cuda")
+    with pytest.raises(ex.RecurrenceError):
+        kernel.launch_torch(a=a, b=torch.rand(4, 17, device="cuda"))   # lengths differ
+    with pytest.raises(ex.RecurrenceError):
+        kernel.launch_torch(a=a, b=a, c=a)                                # unknown name
+    with pytest.raises(ex.RecurrenceError):
+        kernel.launch_torch(a=a, b=a.double())                            # float64, no cast
