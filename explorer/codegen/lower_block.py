@@ -62,13 +62,15 @@ def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Elemen
 
 def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Sequence[Value],
                ins: Sequence[Stream], outs: Sequence[Stream],
-               element: Callable[[list[Value]], Element],
+               element: Callable[[list[Value], Value], Element],
                outputs: Callable[[list[Value], list[Value]], list[Value]] | None,
                begin: Value, end: Value, init: list[Value], mode: str,
                state_before: Callable[[Element, list[Value]], list[Value]] | None = None,
                accumulate: Callable[[Value, list[Value], list[Value]], None] | None = None,
                extra: Sequence[Value] = (), prefetched: list[Value] | None = None,
-               then: tuple[Sequence[Stream], Value, Value] | None = None) -> list[Value]:
+               then: tuple[Sequence[Stream], Value, Value] | None = None,
+               last_state: Callable[[Value, list[Value]], None] | None = None
+               ) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
     ``mode``: ``"reduce"`` returns the aggregate of the range (no output); ``"inclusive"``
@@ -86,6 +88,10 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     by the caller (GPU). ``then = (streams, begin, end)``: the range is one tile, and it loads
     the first tile of ``streams`` over ``[begin, end)`` while it scans (the next scan's
     ``prefetched``), returned after the state.
+
+    ``element(inputs, t)`` builds the element at scan position ``t`` from its staged inputs.
+    ``last_state(t, state)``, when given (``"inclusive"``), is called with the state after every
+    position ``t`` of the range (a last state is stored where ``t`` ends its sequence).
     """
     alg = gen.alg
     bs = th.bs
@@ -126,7 +132,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         out = []
         for j in range(E):
             p = add_i(mul_i(tid, ci(E)), ci(j))
-            e = element(staged(p))
+            e = element(staged(p), add_i(t0, p))
             out.append(select_element(lt_i(add_i(t0, p), end), e, alg.identity(), alg))
         return out
 
@@ -230,6 +236,9 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                         # past the end the element is the identity: the state repeats there,
                         # and the position's term is never read
                         accumulate(p, h, vals)
+                    if last_state is not None:
+                        t = add_i(t0, p)
+                        if_then(lt_i(t, end), lambda t=t, h=h: last_state(t, h))
                 for q, v in enumerate(o):
                     memref.store(v, stage[q], [pad(p)])
         th.each(finish)

@@ -182,8 +182,8 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     first_tile = mul_i(s, nch)         # tile (s, 0) of the flat (sequence, tile) workspaces
     handoff = ci(padded(th.bs) + 1)    # the aggregate buffers' slot for the state before
 
-    def element(vals: list[Value]) -> Element:
-        return gen.leaf_from(seq, lambda name: vals[at[name]])
+    def element(vals: list[Value], t: Value) -> Element:
+        return gen.leaf_from(seq, lambda name: vals[at[name]], t=t)
 
     def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
         return gen.outputs_at(seq, h, lambda name: vals[at[name]])
@@ -243,7 +243,7 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     block_scan(gen, th, gen.options.elements_per_thread, stage, aggbuf,
                gen.in_streams(seq, names), gen.out_streams(seq), element, outputs, begin, end,
-               h0, "inclusive", state_before)
+               h0, "inclusive", state_before, last_state=gen.last_state_hook(seq))
 
 
 def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,
