@@ -61,6 +61,15 @@ from explorer.runtime.cuda_device import (  # noqa: F401 - the device API is thi
     gpu_unavailable_reason,
     require_gpu,
 )
+from explorer.runtime.segments import (
+    check_cu_seqlens,
+    initial_keyword,
+    last_shape,
+    marshal_initial,
+    packed_call,
+    segment_marks,
+    state_rows,
+)
 from explorer.runtime.shapes import (
     ArgSpec,
     as_array,
@@ -164,6 +173,8 @@ class Launch:
         default_factory=list, repr=False)
     #: workspaces zeroed before every launch
     _reset: list[Any] = field(default_factory=list, repr=False)
+    #: the sequences of a packed batch (``cu_seqlens``), None when the call is not packed
+    sequences: int | None = None
 
     def launch(self, stream: Any = None) -> None:
         s = stream if stream is not None else self.stream
@@ -199,7 +210,11 @@ class Launch:
         for name in self.owner.output_names:
             lane = self.owner.output_lane[name]
             arr = self.outputs[name]
-            shaped = arr.reshape((*self.batch, self.N, self.L) if lane else (*self.batch, self.L))
+            if not self.owner.output_args[name].timed:    # a last state
+                shaped = arr.reshape(last_shape(self.sequences, self.batch, self.N, lane))
+            else:
+                shaped = arr.reshape((*self.batch, self.N, self.L) if lane
+                                     else (*self.batch, self.L))
             outs[name] = _from_cupy(shaped, self.kind, self.template)
         if len(outs) == 1:
             return next(iter(outs.values()))
@@ -237,6 +252,8 @@ class CudaKernel:
         self.output_args = outputs
         self.output_lane = {n: outputs[n].lane for n in self.output_names}
         self.vector = artifact.vector or any(a.lane for a in outputs.values())
+        #: a varlen compile: the kernels read segment marks, a call may pass ``cu_seqlens``
+        self.varlen = any(a.role == "segments" for k in kernels for a in k.args)
 
     @classmethod
     def from_artifact(cls, artifact: Artifact | str | os.PathLike[str], cast: bool = False,
@@ -275,8 +292,14 @@ class CudaKernel:
         forces the chunk length of kernels that take one per call (default: the manifest's
         rule for this device).
         """
+        cu = packed_call(self.varlen, arrays)
+        # with cu_seqlens an initial state is one per sequence: marshalled on its own
+        per_seq = ({k: arrays.pop(k) for k in self.h0_names if k in arrays}
+                   if cu is not None else {})
         kind, template = _result_kind(arrays)
         specs = self.check(L=L, **arrays)
+        for name, value in per_seq.items():
+            check_array_dtype(name, value, self.cast)
         require_gpu()
         cp = _cupy()
         device = _input_device(arrays)
@@ -287,7 +310,8 @@ class CudaKernel:
                 stream = _external_stream(torch.cuda.current_stream(template.device)
                                           .cuda_stream)
             device_arrays = {n: _to_cupy(n, v, self.cast) for n, v in arrays.items()}
-            run = self._bind(specs, device_arrays, kind, template, stream, L, time_chunk)
+            run = self._bind(specs, device_arrays, kind, template, stream, L, time_chunk,
+                             cu, {n: _to_cupy(n, v, self.cast) for n, v in per_seq.items()})
         run.device = device
         return run
 
@@ -323,7 +347,8 @@ class CudaKernel:
 
     def _bind(self, specs: list[ArgSpec], device_arrays: dict[str, Any], kind: str,
               template: Any, stream: Any, L: int | None = None,
-              time_chunk: int | None = None) -> Launch:
+              time_chunk: int | None = None, cu_seqlens: Any = None,
+              per_seq: dict[str, Any] | None = None) -> Launch:
         cp = _cupy()
         # inputs the kernels may read with a row per block of channels: where they are
         shared = [a.name for a in self.artifact.kernels[0].args if a.role == "rowmap"]
@@ -331,21 +356,38 @@ class CudaKernel:
             m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, L=L, vector=self.vector,
                         shared=shared)
             C, N, L = m.C, m.N, m.L
+            # a packed batch: its offsets checked, the marks the kernels read
+            offsets = (check_cu_seqlens(cu_seqlens if cu_seqlens is not None else [0, L], L)
+                       if self.varlen else None)
+            sequences = offsets.shape[0] - 1 if cu_seqlens is not None else None
+            marks = cp.asarray(segment_marks(offsets, L)) if offsets is not None else None
             h0 = {}
             for state, info in self.h0_args.items():
                 key = self.h0_keyword[state]
-                if key in m.arrays:
+                if per_seq and key in per_seq:
+                    h0[state] = marshal_initial(key, per_seq[key], sequences or 1, m.batch,
+                                                N, info.lane, cp)
+                elif key in m.arrays:
                     h0[state] = m.arrays[key]
                 else:
-                    h0[state] = cp.zeros((C, N) if info.lane else (C,), dtype=cp.float32)
+                    h0[state] = cp.zeros(state_rows(sequences or 1, C, N, info.lane),
+                                         dtype=cp.float32)
+            by_keyword = {self.h0_keyword[s]: s for s in self.h0_args}
             outputs = {}
             for name, info in self.output_args.items():
+                if not info.timed:   # a last state: it starts as the initial state
+                    start = h0.get(by_keyword.get(initial_keyword(name), ""))
+                    outputs[name] = (start.reshape(-1).copy() if start is not None else
+                                     cp.zeros(state_rows(sequences or 1, C, N, info.lane),
+                                              dtype=cp.float32))
+                    continue
                 shape = (C, N, L) if info.lane else (C, L)
                 outputs[name] = (cp.full(shape, np.nan, dtype=cp.float32) if self.poison
                                  else cp.empty(shape, dtype=cp.float32))
         run = Launch(owner=self, C=C, N=N, L=L, batch=m.batch,
                      inputs={s.name: m.arrays[s.name] for s in self.specs}, h0=h0,
-                     outputs=outputs, kind=kind, template=template, stream=stream)
+                     outputs=outputs, kind=kind, template=template, stream=stream,
+                     sequences=sequences)
         if C * N == 0 or L == 0:
             return run  # nothing to compute: empty outputs, no launch
         per_call = any(k.chunked_per_call for k in self.artifact.kernels)
@@ -385,6 +427,8 @@ class CudaKernel:
                     args.append(workspaces[a.name])
                 elif a.role == "rowmap":
                     args.append(np.int64(m.row_div.get(a.name, 1)))
+                elif a.role == "segments":
+                    args.append(marks)
                 else:
                     args.append(sizes[a.name])
             if grid[0] > MAX_GRID_X:
