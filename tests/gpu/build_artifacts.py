@@ -22,6 +22,11 @@ What is built:
   ``-all``); and ``compiled/<preset>-<strategy>.json``, the whole compiled record
   (``Compiled.dump``), which the explorer widget loads on the GPU machine without MLIR.
 
+- ``varlen/<preset>-<strategy>[-small|-lookback]``: the affine scan and the selective scan with
+  ``varlen=True`` (packed sequences, ``cu_seqlens``), storing the last state beside ``h`` or
+  ``y``, with their own ``varlen/index.json`` (``test_varlen_gpu``; the other tests do not see
+  them). ``--varlen-only`` builds these alone.
+
 ``index.json`` lists what was built and what failed to compile (with the error), so the tests
 report compile failures instead of silently testing less.
 """
@@ -154,14 +159,54 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
     return built, failed
 
 
+#: the varlen variants: (preset, outputs) x (strategy, suffix, options)
+VARLEN_PRESETS = {"affine scan": ("h", "h_last"), "selective scan": ("y", "h_last")}
+VARLEN_PLANS = [("sequential", "", {}), ("blelloch", "", {}), ("kogge_stone", "", {}),
+                ("blelloch", "-small", SMALL), ("blelloch", "-lookback", {"grid": "lookback"})]
+
+
+def build_varlen(out: Path) -> int:
+    """The varlen artifacts into ``out`` with their own ``index.json``; the failures' count."""
+    import explorer
+    from explorer.presets import PRESETS
+
+    out.mkdir(parents=True, exist_ok=True)
+    built: dict[str, object] = {}
+    failed: dict[str, str] = {}
+    for preset, outputs in VARLEN_PRESETS.items():
+        text = PRESETS[preset]
+        for strategy, suffix, options in VARLEN_PLANS:
+            name = f"{preset.replace(' ', '-')}-{strategy}{suffix}"
+            try:
+                compiled = explorer.compile(text, target="cuda", strategy=strategy,
+                                            varlen=True, outputs=outputs, **options)
+                compiled.save(out / name)
+                built[name] = {"recurrence": text, "strategy": strategy,
+                               "vector": bool(compiled.form.vector), "source": "explorer",
+                               "outputs": list(compiled.outputs)}
+            except Exception as err:
+                failed[name] = f"{type(err).__name__}: {err}"
+                traceback.print_exc()
+    (out / "index.json").write_text(json.dumps({"artifacts": built, "failed": failed},
+                                               indent=2) + "\n")
+    print(f"{len(built)} varlen artifacts in {out}; {len(failed)} failed")
+    return len(failed)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--chip", default="sm_90")
     parser.add_argument("--strategies", default=None,
                         help="comma list (default: every strategy the compiler has)")
+    parser.add_argument("--varlen-only", action="store_true",
+                        help="build the varlen artifacts alone (into OUT/varlen)")
     args = parser.parse_args(argv)
     out: Path = args.out
+    if args.varlen_only:
+        if (out / "varlen").exists():
+            shutil.rmtree(out / "varlen")
+        return 0 if build_varlen(out / "varlen") == 0 else 1
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -172,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     compiled, failed_c = build_compiled(
         out, args.strategies.split(",") if args.strategies else None)
     failed.update(failed_c)
+    if not failed_c.get("*") and build_varlen(out / "varlen"):
+        failed["varlen"] = "see varlen/index.json"
     index = {"artifacts": {**abi, **compiled}, "failed": failed, "chip": args.chip}
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
     print(f"{len(index['artifacts'])} artifacts in {out}; {len(failed)} failed"
