@@ -119,11 +119,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
              "packed call": time_cuda(partial(kp, **packed, cu_seqlens=offsets),
                                       flush=flush).median_ms,
              "padded call": time_cuda(partial(kd, **padded), flush=flush).median_ms}
-        row.update({k.replace(" ", "_") + "_ms": v for k, v in t.items()})
+        row.update({k.replace(" ", "_").replace("=", "_") + "_ms": v for k, v in t.items()})
         row["kernels_padded_over_packed"] = t["padded kernels"] / t["packed kernels"]
         row["call_padded_over_packed"] = t["padded call"] / t["packed call"]
+        # the packed kernels with chunk lengths forced (the chunk rule counts C * N lane
+        # sequences, while the lane loop's grid has a block per channel and chunk)
+        for tc in args.time_chunk if s != "sequential" else ():
+            forced = kp.prepare(**packed, cu_seqlens=offsets, time_chunk=tc)
+            forced.launch()
+            yf = forced.result()
+            if float((yf - yp).abs().max() / yp.abs().max()) > CHECK_TOL:
+                raise SystemExit(f"packed {s} with time_chunk={tc} disagrees")
+            t[f"packed kernels tc={tc}"] = time_cuda(forced.launch, flush=flush).median_ms
+            del forced, yf
         for k, v in t.items():
-            print(f"  {k:<16} {v:9.3f} ms")
+            print(f"  {k:<24} {v:9.3f} ms")
         print(f"  padded / packed: kernels {row['kernels_padded_over_packed']:.2f}x, "
               f"call {row['call_padded_over_packed']:.2f}x")
         report["rows"].append(row)
@@ -167,9 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--channels", type=int, default=1536)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sampled", type=int, default=3, help="channels checked per sequence")
+    p.add_argument("--time-chunk", default="", help="comma list: also time the packed tree "
+                   "kernels with these chunk lengths forced (multiples of the tile)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     args.strategies = tuple(args.strategies.split(","))
+    args.time_chunk = [eval_pow(v) for v in args.time_chunk.split(",") if v]
     if args.build is not None:
         build(args.build, args.strategies)
         return 0

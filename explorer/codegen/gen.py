@@ -27,12 +27,13 @@ from explorer.codegen.emit import (
     add_i,
     cf,
     ci,
+    f32,
     is_lane_sum,
     mul_i,
 )
 from explorer.codegen.hoist import PREFIX as CHANNEL_VALUE
 from explorer.codegen.options import Options
-from explorer.codegen.threads import for_loop, if_then, select_element
+from explorer.codegen.threads import for_loop, if_else, if_then
 from explorer.errors import CompileError
 from explorer.frontend.names import h0_name, last_name
 
@@ -345,8 +346,11 @@ class Gen:
         if t is None:
             raise CompileError("a varlen plan builds every leaf with its scan position")
         j, start, _ = self.mark_at(t)
-        fresh = self.alg.pack([cf(0.0)] * len(e.A) + self.alg.apply(e, self.initial_state(seq, j)))
-        return select_element(start, fresh, e, self.alg)
+        # the initial state is read only where a sequence starts (rare: a branch, not a load
+        # and a select at every element)
+        b_new = if_else(start, [f32()] * self.alg.S,
+                        lambda: self.alg.apply(e, self.initial_state(seq, j)), lambda: e.b)
+        return self.alg.pack([arith.select(start, cf(0.0), v) for v in e.A.values()] + b_new)
 
     def outputs_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
                    ) -> list[Value]:
