@@ -27,13 +27,12 @@ from explorer.codegen.emit import (
     add_i,
     cf,
     ci,
-    f32,
     is_lane_sum,
     mul_i,
 )
 from explorer.codegen.hoist import PREFIX as CHANNEL_VALUE
 from explorer.codegen.options import Options
-from explorer.codegen.threads import for_loop, if_else, if_then
+from explorer.codegen.threads import for_loop, if_then, select_element
 from explorer.errors import CompileError
 from explorer.frontend.names import h0_name, last_name
 
@@ -346,11 +345,11 @@ class Gen:
         if t is None:
             raise CompileError("a varlen plan builds every leaf with its scan position")
         j, start, _ = self.mark_at(t)
-        # the initial state is read only where a sequence starts (rare: a branch, not a load
-        # and a select at every element)
-        b_new = if_else(start, [f32()] * self.alg.S,
-                        lambda: self.alg.apply(e, self.initial_state(seq, j)), lambda: e.b)
-        return self.alg.pack([arith.select(start, cf(0.0), v) for v in e.A.values()] + b_new)
+        # a load and a select at every element, not a branch: measured on an H100 (packed
+        # Mamba preset, 8 sequences x 1536 channels, 2^17 steps, chunked blelloch) a branch
+        # that reads the initial state only at starts took 20.4 ms against 18.9 ms
+        fresh = self.alg.pack([cf(0.0)] * len(e.A) + self.alg.apply(e, self.initial_state(seq, j)))
+        return select_element(start, fresh, e, self.alg)
 
     def outputs_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
                    ) -> list[Value]:
