@@ -238,7 +238,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                         accumulate(p, h, vals)
                     if last_state is not None:
                         t = add_i(t0, p)
-                        if_then(lt_i(t, end), lambda t=t, h=h: last_state(t, h))
+
+                        def store_last(t: Value = t, h: list[Value] = h) -> None:
+                            assert last_state is not None
+                            last_state(t, h)
+                        if_then(lt_i(t, end), store_last)
                 for q, v in enumerate(o):
                     memref.store(v, stage[q], [pad(p)])
         th.each(finish)

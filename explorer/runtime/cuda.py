@@ -359,7 +359,8 @@ class CudaKernel:
             # a packed batch: its offsets checked, the marks the kernels read
             offsets = (check_cu_seqlens(cu_seqlens if cu_seqlens is not None else [0, L], L)
                        if self.varlen else None)
-            sequences = offsets.shape[0] - 1 if cu_seqlens is not None else None
+            sequences = (offsets.shape[0] - 1 if offsets is not None and cu_seqlens is not None
+                         else None)
             marks = cp.asarray(segment_marks(offsets, L)) if offsets is not None else None
             h0 = {}
             for state, info in self.h0_args.items():
