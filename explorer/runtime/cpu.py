@@ -124,15 +124,15 @@ def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, 
 def launch_cpu_kernels(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, Any]],
                        arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
                        opt_level: int = 2, machine: Machine = CPU_MACHINE,
-                       time_chunk: int | None = None, row_div: Mapping[str, int] | None = None
-                       ) -> dict[str, np.ndarray]:
+                       time_chunk: int | None = None, row_div: Mapping[str, int] | None = None,
+                       sequences: int = 1) -> dict[str, np.ndarray]:
     """Launch the host version of each kernel of the contract, in order, with the grid the GPU
     runtime would use (every kernel takes the full argument list; workspaces are shared)."""
     typed = _contract(kernels)
     args = typed[0].args
     check_lanes(typed, N)
     sizes = size_values(args, C, N, L, machine, time_chunk)
-    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {})
+    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {}, sequences)
     for k in typed:
         if k.args != args:
             raise ValueError(f"kernel {k.name} has an argument list of its own")

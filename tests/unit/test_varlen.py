@@ -227,3 +227,13 @@ def test_the_plan_stage_says_what_is_stored_and_where_sequences_restart() -> Non
     args = {a["name"]: a for a in c.kernels[0]["args"]}
     assert args["segment_marks"]["role"] == "segments"
     assert args["h_last"]["role"] == "output" and not args["h_last"]["timed"]
+
+
+def test_a_compiled_record_keeps_the_segments_and_the_last_state(tmp_path: Any) -> None:
+    from explorer.compiler import load_compiled
+
+    c = ex.compile(AFFINE, target="cuda", varlen=True, outputs=("h", "h_last"))
+    c.dump(tmp_path / "rec.json.gz")
+    r = load_compiled(tmp_path / "rec.json.gz")
+    assert r.scan_plan.segments and r.scan_plan.stored == ("h", "h_last")
+    assert r.outputs == ("h", "h_last")
