@@ -120,9 +120,12 @@ class Compiled:
     @property
     def outputs(self) -> tuple[str, ...]:
         """The outputs the kernels write (the plan's ``scan.store``, the ``outputs`` option),
-        in the recurrence's order: what a call returns. Read from the kernel contract."""
-        written = {a["name"] for k in self.kernels for a in k["args"] if a["role"] == "output"}
-        return tuple(o for o in self.form.outputs if o in written)
+        in the recurrence's order, then the last states (``h_last``): what a call returns.
+        Read from the kernel contract."""
+        out = [a for k in self.kernels for a in k["args"] if a["role"] == "output"]
+        written = {a["name"] for a in out}
+        lasts = dict.fromkeys(a["name"] for a in out if not a.get("timed", True))
+        return tuple(o for o in self.form.outputs if o in written) + tuple(lasts)
 
     # -- running -------------------------------------------------------------------------------
     @property
@@ -241,6 +244,8 @@ class _CpuRunner:
         self.compiled = compiled
 
     def __call__(self, /, L: int | None = None, **arrays: Any) -> Any:
+        from explorer.frontend.names import SEGMENT_MARKS
+        from explorer.runtime import segments as sg
         from explorer.runtime.cpu import run_cpu
         from explorer.runtime.dtypes import from_storage
         from explorer.runtime.shapes import marshal
@@ -248,15 +253,35 @@ class _CpuRunner:
         c = self.compiled
         assert c.trusted and c.target == "cpu", "host code runs only from a compile made here"
         rec = c.recurrence
-        # initial states that were given broadcast like parameters; run_cpu zero-fills the rest
+        varlen = bool(c.options.get("varlen", False))
+        cu = sg.packed_call(varlen, arrays)
+        # initial states that were given broadcast like parameters (one per sequence of a
+        # packed batch); run_cpu zero-fills the rest
         given_h0 = [s for s in h0_specs(rec)
                     if s.name in arrays and s.name not in rec.inputs + rec.params]
         dtypes = {a.name: a.dtype for a in (c.contract[0].args if c.contract else ())}
-        m = marshal(arg_specs(rec) + given_h0, arrays, L=L, vector=rec.vector, dtypes=dtypes)
-        raw = run_cpu(c.final_module, c.contract, m.arrays, m.C, m.N, m.L)
-        out = {name: m.unflatten(from_storage(raw[name], dtypes.get(name, "float32")),
-                                 c.form.output_is_lane(name))
-               for name in c.outputs}
+        per_seq = {s.name: arrays.pop(s.name) for s in given_h0} if cu is not None else {}
+        m = marshal(arg_specs(rec) + ([] if per_seq else given_h0), arrays, L=L,
+                    vector=rec.vector, dtypes=dtypes)
+        sequences = None
+        if varlen:
+            offsets = (sg.check_cu_seqlens(cu, m.L) if cu is not None
+                       else sg.check_cu_seqlens([0, m.L], m.L))
+            sequences = offsets.shape[0] - 1 if cu is not None else None
+            m.arrays[SEGMENT_MARKS] = sg.segment_marks(offsets, m.L)
+            for name, value in per_seq.items():
+                m.arrays[name] = sg.marshal_initial(name, value, offsets.shape[0] - 1,
+                                                    m.batch, m.N, rec.vector)
+        raw = run_cpu(c.final_module, c.contract, m.arrays, m.C, m.N, m.L,
+                      sequences=sequences or 1)
+        out = {}
+        for name in c.outputs:
+            if name in c.form.outputs:
+                out[name] = m.unflatten(from_storage(raw[name], dtypes.get(name, "float32")),
+                                        c.form.output_is_lane(name))
+            else:   # a last state
+                out[name] = raw[name].reshape(sg.last_shape(sequences, m.batch, m.N,
+                                                            rec.vector))
         return next(iter(out.values())) if len(out) == 1 else out
 
 

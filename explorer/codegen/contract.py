@@ -15,7 +15,15 @@ from explorer.codegen.emit import (
     Algebra,
 )
 from explorer.codegen.options import Options
-from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS, TIME_CHUNK, h0_name
+from explorer.frontend.names import (
+    AGGREGATES,
+    CARRIES,
+    SEGMENT_MARKS,
+    TILE_FLAGS,
+    TIME_CHUNK,
+    h0_name,
+    last_name,
+)
 
 KERNEL_PREFIX = "scanweaver"
 
@@ -112,12 +120,14 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     outputs are those the plan stores (without a plan, those ``options`` ask for; all of them
     without options), and the states that a readout kernel reads back but nobody asked for
     are workspaces."""
-    from explorer.passes.plan import grid_scheme, lane_sum_of, stored_outputs
+    from explorer.passes.plan import grid_scheme, lane_sum_of, last_states, stored_outputs
 
+    segments = False
     if plan is not None:
         grid = plan.grid if grid is None else grid
-        stored, lane_sum = plan.stored, plan.lane_sum
+        stored, lane_sum, segments = plan.stored, plan.lane_sum, plan.segments
     else:
+        segments = bool(options and options.varlen)
         stored = stored_outputs(form.recurrence, options.outputs if options else "all")
         lane_sum = lane_sum_of(form, stored, options.strategy if options else "sequential",
                                grid.scheme if grid is not None else
@@ -137,10 +147,19 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     for state in form.recurrence.states:
         out.append({"name": h0_name(state), "role": "h0", "timed": False,
                     "lane": bool(form.vector), "dtype": "float32"})
+    if segments:
+        # per time step: the sequence there, and whether it starts or ends there (shared by
+        # every channel; see explorer.runtime.contract.segment_marks)
+        out.append({"name": SEGMENT_MARKS, "role": "segments", "timed": True, "lane": False,
+                    "dtype": "float32"})
     for name in form.outputs:
         if name in stored:
             out.append({"name": name, "role": "output", "timed": True,
                         "lane": bool(form.output_is_lane(name)), "dtype": out_dtype})
+    # the last states: no time axis, one per sequence (of a packed batch) and channel
+    for state in last_states(form.recurrence, tuple(stored)):
+        out.append({"name": last_name(state), "role": "output", "timed": False,
+                    "lane": bool(form.vector), "dtype": "float32"})
     for name in ("C", "N", "L"):
         out.append({"name": name, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64"})

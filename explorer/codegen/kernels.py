@@ -74,24 +74,28 @@ from explorer.codegen.lower_grid import (
     lane_loop_block,
     readout_block,
 )
-from explorer.codegen.lower_lookback import lookback_block
+from explorer.codegen.lower_lookback import LOOKBACK_THREADS_PER_SM, lookback_block
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
 from explorer.codegen.narrow import narrow_buffers
 from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
 from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
 from explorer.errors import CompileError, OptionError
-from explorer.frontend.names import TIME_CHUNK
+from explorer.frontend.names import SEGMENT_MARKS, TIME_CHUNK
 
 #: the int64 arguments (the rest are buffers)
 INT_ROLES = ("size", "rowmap")
 
 
 def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
-                 Tc: Value | None, row_div: dict[str, Value]) -> dict[str, Value]:
+                 Tc: Value | None, row_div: dict[str, Value], segments: bool = False
+                 ) -> dict[str, Value]:
     sizes = {}
     CN = mul_i(C, N)
     for a in args:
         if a["role"] in INT_ROLES:
+            continue
+        if a["role"] == "segments":   # one mark per time step, shared by the channels
+            sizes[a["name"]] = L
             continue
         if a["role"] == "workspace":
             per_call = a["time_chunk"] == TIME_CHUNK
@@ -103,15 +107,12 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
         div = row_div.get(a["name"]) if a["role"] == "input" else None
         if div is not None:   # a row per block of channels
             rows = mul_i(arith.divui(C, div), N) if a["lane"] else arith.divui(C, div)
+        if segments and a["role"] in ("h0", "output") and not a["timed"]:
+            # a state per sequence of the packed batch: their number is the call's (at most
+            # L non-empty ones; the size only shapes the memref, nothing is bounds-checked)
+            rows = mul_i(rows, L)
         sizes[a["name"]] = mul_i(rows, L) if a["timed"] else rows
     return sizes
-
-
-#: resident threads per SM asked of ptxas for the look-back kernel (as blocks per SM): the
-#: walk's registers (the flags and aggregates of several tiles a lane, in warp 0 only) would
-#: otherwise cap the whole kernel's occupancy (96 registers, 5 blocks of 128 threads an SM,
-#: against 64 and 8 for the scan alone); ptxas spills a little of the walk instead
-LOOKBACK_THREADS_PER_SM = 1024
 
 
 def _plan_of(form: Any, options: Options, plan: Any) -> Any:
@@ -191,8 +192,9 @@ def options_for(options: Options, plan: Any) -> Options:
     reverse = plan.grid.direction == "reverse"
     if plan.tree == "none":
         return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse,
-                       outputs=plan.stored)
+                       outputs=plan.stored, varlen=plan.segments)
     return replace(options, strategy=plan.tree, block_size=plan.threads, outputs=plan.stored,
+                   varlen=plan.segments,
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
                    reverse=reverse, grid=plan.grid.scheme,
                    lookback_tiles=(plan.lookback.tiles_per_lane if plan.lookback is not None
@@ -233,13 +235,15 @@ def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
 
 def _check_outputs(form: Any, plan: Any) -> None:
     """The plan's stored outputs and lane sum fit the recurrence being lowered."""
+    from explorer.frontend.names import last_name
+    from explorer.passes.plan import lane_sum_of, last_states
+
     rec = form.recurrence
-    unknown = [o for o in plan.stored if o not in form.outputs]
+    lasts = {last_name(s) for s in last_states(rec, plan.stored)}
+    unknown = [o for o in plan.stored if o not in form.outputs and o not in lasts]
     if unknown:
         raise CompileError(f"the plan stores {unknown}, which the recurrence does not have "
                            f"(its outputs: {list(form.outputs)})")
-    from explorer.passes.plan import lane_sum_of
-
     want = lane_sum_of(form, plan.stored, plan.strategy, plan.grid.scheme)
     if plan.lane_sum != want:
         raise CompileError(f"the plan's lane sum {plan.lane_sum} is not the one the lowering "
@@ -275,10 +279,11 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
                if a["role"] not in INT_ROLES}
     C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
     Tc = to_index(size[TIME_CHUNK]) if TIME_CHUNK in size else None
-    sizes = _array_sizes(args, C, N, L, Tc, row_div)
+    sizes = _array_sizes(args, C, N, L, Tc, row_div, plan.segments)
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
     gen = Gen(form, options, arrays, C, N, L, scan_io(form, plan.stored, plan.lane_sum))
     gen.row_div = row_div
+    gen.marks = arrays[SEGMENT_MARKS] if plan.segments else None
     gen.Tc = Tc
     gen.sweeps = plan.sweeps
     gen.reverse = options.reverse

@@ -62,7 +62,7 @@ def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Elemen
 
 def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Sequence[Value],
                ins: Sequence[Stream], outs: Sequence[Stream],
-               element: Callable[[list[Value]], Element],
+               element: Callable[[list[Value], Value], Element],
                outputs: Callable[[list[Value], list[Value]], list[Value]] | None,
                begin: Value, end: Value, init: list[Value], mode: str,
                state_before: Callable[[Element, list[Value]], list[Value]] | None = None,
@@ -70,7 +70,9 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                extra: Sequence[Value] = (), prefetched: list[Value] | None = None,
                then: tuple[Sequence[Stream], Value, Value] | None = None,
                single_tile: bool = False,
-               on_total: Callable[[Element], None] | None = None) -> list[Value]:
+               on_total: Callable[[Element], None] | None = None,
+               last_state: Callable[[Value, list[Value]], None] | None = None
+               ) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
     ``mode``: ``"reduce"`` returns the aggregate of the range (no output); ``"inclusive"``
@@ -92,6 +94,10 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     registers through the scan. ``on_total(total)``, when given, is called by every thread as
     soon as the tile's aggregate is known, before the rest of the block tree: after the
     Blelloch up-sweep (the look-back kernel publishes it there, for the blocks after it).
+
+    ``element(inputs, t)`` builds the element at scan position ``t`` from its staged inputs.
+    ``last_state(t, state)``, when given (``"inclusive"``), is called with the state after every
+    position ``t`` of the range (a last state is stored where ``t`` ends its sequence).
     """
     alg = gen.alg
     bs = th.bs
@@ -132,7 +138,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         out = []
         for j in range(E):
             p = add_i(mul_i(tid, ci(E)), ci(j))
-            e = element(staged(p))
+            e = element(staged(p), add_i(t0, p))
             out.append(select_element(lt_i(add_i(t0, p), end), e, alg.identity(), alg))
         return out
 
@@ -238,6 +244,13 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                         # past the end the element is the identity: the state repeats there,
                         # and the position's term is never read
                         accumulate(p, h, vals)
+                    if last_state is not None:
+                        t = add_i(t0, p)
+
+                        def store_last(t: Value = t, h: list[Value] = h) -> None:
+                            assert last_state is not None
+                            last_state(t, h)
+                        if_then(lt_i(t, end), store_last)
                 for q, v in enumerate(o):
                     memref.store(v, stage[q], [pad(p)])
         th.each(finish)

@@ -69,7 +69,8 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
         seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N), set())
         ins = [Stream(aggs, mul_i(add_i(mul_i(s, ci(w)), ci(e)), nch)) for e in range(w)]
         outs = [Stream(carries, mul_i(add_i(mul_i(s, ci(S)), ci(i)), nch)) for i in range(S)]
-        block_scan(gen, th, E, stage, aggbuf, ins, outs, alg.pack, lambda h, v: list(h),
+        block_scan(gen, th, E, stage, aggbuf, ins, outs, lambda v, t: alg.pack(v),
+                   lambda h, v: list(h),
                    ci(0), nch, gen.initial_state(seq), "exclusive")
         return
     s = arith.divui(bid, nch)
@@ -80,8 +81,8 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
     seq = gen.seq(arith.divui(s, gen.N), arith.remui(s, gen.N), set(names) | gen.scan_params)
     at = {n: q for q, n in enumerate(names)}
 
-    def element(vals: list[Value]) -> Element:
-        return gen.leaf_from(seq, lambda name: vals[at[name]])
+    def element(vals: list[Value], t: Value) -> Element:
+        return gen.leaf_from(seq, lambda name: vals[at[name]], t=t)
     if role == "reduce":
         agg = block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names), [], element,
                          None, begin, end, [], "reduce")
@@ -108,7 +109,8 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
     def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
         return gen.outputs_at(seq, h, lambda name: vals[at[name]])
     block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names), gen.out_streams(seq),
-               element, outputs, begin, end, init, "inclusive")
+               element, outputs, begin, end, init, "inclusive",
+               last_state=gen.last_state_hook(seq))
 
 
 def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
@@ -193,8 +195,8 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
             init = if_else(fresh, [f32()] * S, lambda: gen.initial_state(seq),
                            lambda: [memref.load(carries, [slot(i)]) for i in range(S)])
 
-            def element(vals: list[Value]) -> Element:
-                return gen.leaf_from(seq, lambda name: vals[at[name]], A, b)
+            def element(vals: list[Value], t: Value) -> Element:
+                return gen.leaf_from(seq, lambda name: vals[at[name]], A, b, t)
 
             def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
                 return gen.outputs_at(seq, h, lambda name: vals[at[name]])
@@ -214,7 +216,8 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
             out = block_scan(gen, th, E, stage, aggbuf, ins, gen.out_streams(seq), element,
                              outputs if gen.scan_outputs else None, t0, t1, init, "inclusive",
                              accumulate=accumulate, extra=shared,
-                             prefetched=pref if th.gpu else None, then=then)
+                             prefetched=pref if th.gpu else None, then=then,
+                             last_state=gen.last_state_hook(seq))
             after, nxt = out[:S], out[S:]
 
             def keep() -> None:

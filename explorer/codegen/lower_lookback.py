@@ -46,6 +46,11 @@ from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS
 NOTHING, AGGREGATE, PREFIX = 0.0, 1.0, 2.0
 #: nanoseconds the look-back warp sleeps before reading a window again
 BACKOFF_NS = 100
+#: resident threads per SM asked of ptxas for the look-back kernel (as blocks per SM): the
+#: walk's registers (the flags and aggregates of several tiles a lane, in warp 0 only) would
+#: otherwise cap the whole kernel's occupancy (96 registers, 5 blocks of 128 threads an SM,
+#: against 64 and 8 for the scan alone); ptxas spills a little of the walk instead
+LOOKBACK_THREADS_PER_SM = 1024
 
 
 def _i64() -> IntegerType:
@@ -183,8 +188,8 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     first_tile = mul_i(s, nch)         # tile (s, 0) of the flat (sequence, tile) workspaces
     handoff = ci(padded(th.bs) + 1)    # the aggregate buffers' slot for the state before
 
-    def element(vals: list[Value]) -> Element:
-        return gen.leaf_from(seq, lambda name: vals[at[name]])
+    def element(vals: list[Value], t: Value) -> Element:
+        return gen.leaf_from(seq, lambda name: vals[at[name]], t=t)
 
     def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
         return gen.outputs_at(seq, h, lambda name: vals[at[name]])
@@ -259,7 +264,8 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     block_scan(gen, th, gen.options.elements_per_thread, stage, aggbuf,
                gen.in_streams(seq, names), gen.out_streams(seq), element, outputs, begin, end,
-               h0, "inclusive", state_before, single_tile=True, on_total=announce)
+               h0, "inclusive", state_before, single_tile=True, on_total=announce,
+               last_state=gen.last_state_hook(seq))
 
 
 def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,

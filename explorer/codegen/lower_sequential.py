@@ -290,7 +290,9 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
         def step(k: Value, h: list[Value]) -> list[Value]:
             vals = {name: memref.load(stage, [where(warp, q, rows[q], k)])
                     for q, name in enumerate(lay.inputs)}
-            hn = alg.apply(gen.leaf_from(seq, vals.__getitem__, A, b), h)
+            t = add_i(t0, k)
+            hn = alg.apply(gen.leaf_from(seq, vals.__getitem__, A, b, t), h)
+            gen.last_state_at(seq, t, hn)
             outs = gen.outputs_at(seq, hn, vals.__getitem__)
             if fused:
                 outs += gen.lane_terms_at(seq, hn, vals.__getitem__, terms)

@@ -82,6 +82,10 @@ class Options:
     def output_dtype(self) -> str:
         """The dtype the kernels store their outputs in."""
         return self.out_dtype or self.dtype
+    #: packed variable-length batches: the kernels take the ``segment_marks`` argument (built
+    #: by the runtime from a call's ``cu_seqlens=``) and restart the state at each sequence
+    #: start (the plan's ``scan.segments``); a call without ``cu_seqlens`` is one sequence
+    varlen: bool = False
 
     @property
     def tile(self) -> int:
@@ -118,7 +122,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if target not in TARGETS:
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
-             "reverse", "grid", "lookback_tiles", "outputs", "out_dtype"}
+             "reverse", "grid", "lookback_tiles", "outputs", "out_dtype", "varlen"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -157,10 +161,14 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     lookback_tiles = _power_of_two(options.get("lookback_tiles", defaults.lookback_tiles),
                                    "lookback_tiles", 1, 16)
     outputs = _outputs(options.get("outputs", defaults.outputs))
+    varlen = options.get("varlen", defaults.varlen)
+    if not isinstance(varlen, bool):
+        raise OptionError(f"varlen must be True or False, got {varlen!r}")
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
-                   lookback_tiles=lookback_tiles, outputs=outputs, out_dtype=out_dtype)
+                   lookback_tiles=lookback_tiles, outputs=outputs, out_dtype=out_dtype,
+                   varlen=varlen)
 
 
 def _outputs(value: object) -> str | tuple[str, ...]:

@@ -14,8 +14,9 @@ step, and the last of them replaces them by ``gpu``/``scf``/``memref`` code:
   aggregates), one ``scan.sweep`` per level of that tree (phase, stride, active threads: a
   barrier between sweeps), ``scan.grid`` (how a sequence is spread over blocks),
   ``scan.store`` (the outputs the kernels write) and, for a vector state with readouts,
-  ``scan.lane_sum`` (where the sums over the lanes are computed). The lowering reads these
-  ops, so the tree drawn from them is the tree the kernels run.
+  ``scan.lane_sum`` (where the sums over the lanes are computed), and with ``varlen=True``
+  ``scan.segments`` (sequences packed along time, the state restarted at each start). The
+  lowering reads these ops, so the tree drawn from them is the tree the kernels run.
 
 Every op takes no operands and produces no results; its attributes are its meaning. (IRDL ops
 cannot be terminators, so the dialect has no regions: order in the module is program order.)
@@ -40,6 +41,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "lookback": ("lanes", "tiles_per_lane"),
     "store": ("outputs",),
     "lane_sum": ("readouts", "scheme"),
+    "segments": ("argument", "reset"),
 }
 
 #: the dialect in IRDL: every attribute present, of any kind (the passes check their values)

@@ -43,6 +43,24 @@ def h0_name(state: str) -> str:
     return f"{state}{INITIAL_SUFFIX}"
 
 
+#: suffix of the last state of a state, an output a compile stores on request
+#: (``outputs=("y", "h_last")``): ``h_last`` is ``h`` after the last step of each sequence
+LAST_SUFFIX = "_last"
+
+
+def last_name(state: str) -> str:
+    """The output (and kernel argument) of the last state of ``state``: ``h`` -> ``h_last``."""
+    return f"{state}{LAST_SUFFIX}"
+
+
+#: the keyword of a packed variable-length batch in calls: B + 1 offsets of the sequences
+#: packed along time (the flash-attention convention)
+CU_SEQLENS = "cu_seqlens"
+#: the kernel argument that tells a compile with ``varlen=True`` where sequences start and end
+#: (one float32 per time step, built by the runtime from ``cu_seqlens``)
+SEGMENT_MARKS = "segment_marks"
+
+
 #: names a recurrence may not give to an input, a parameter, a state or a readout, and why
 #: (the functions of the language are refused separately, as functions)
 RESERVED_NAMES: dict[str, str] = {
@@ -59,4 +77,8 @@ RESERVED_NAMES: dict[str, str] = {
     AGGREGATES: "it is a workspace argument of the chunked scan kernels",
     CARRIES: "it is a workspace argument of the chunked scan kernels",
     TILE_FLAGS: "it is a workspace argument of the look-back scan kernel",
+    CU_SEQLENS: "it is the keyword of the sequence offsets of a packed batch "
+                "(c(..., cu_seqlens=...))",
+    SEGMENT_MARKS: "it is the kernel argument of a varlen compile that marks where sequences "
+                   "start and end",
 }

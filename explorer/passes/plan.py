@@ -23,7 +23,14 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   back examines ``lanes * tiles_per_lane`` tiles per round trip to memory;
 * ``scan.store {outputs}``: the outputs the kernels write, chosen by the ``outputs`` option
   (:func:`stored_outputs`): by default the readouts when the recurrence has any, so a state
-  that nobody asked for is never written;
+  that nobody asked for is never written; ``<state>_last`` (``h_last``) is the state after the
+  last step of each sequence, written once per sequence by whichever thread computes it (the
+  state history itself is not stored unless asked for);
+* ``scan.segments {argument, reset = "leaf"}`` (``varlen=True``): sequences of different lengths
+  packed along time; the kernels read ``argument`` (per step: the sequence and whether it starts
+  or ends there) and restart the state at each sequence start by rewriting the leaf element
+  there, ``(A_t, b_t) -> (0, A_t h0 + b_t)`` with ``h0`` that sequence's initial state: a
+  segmented scan that every tree, grid and the sequential walk run unchanged;
 * ``scan.lane_sum {readouts, scheme}`` (a vector state whose readouts are stored): where the
   readouts' sums over the lanes ``n`` are computed. ``lanes-in-block`` (sequential plans): the
   N lanes of a channel are consecutive threads of one block (``floor(B / N)`` channels a block,
@@ -49,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.dialect import scan
+from explorer.frontend.names import LAST_SUFFIX, SEGMENT_MARKS
 from explorer.passes.plans import Level, ScanPlan, Step
 from explorer.passes.state import ScanState
 
@@ -124,6 +132,7 @@ class Plan:
     lookback: Lookback | None = None   # look-back grids only
     stored: tuple[str, ...] = ()       # the outputs the kernels write (scan.store)
     lane_sum: LaneSum | None = None    # a vector state's readouts (scan.lane_sum)
+    segments: bool = False             # packed variable-length sequences (scan.segments)
 
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
@@ -171,6 +180,7 @@ def stored_outputs(rec: Any, outputs: str | tuple[str, ...]) -> tuple[str, ...]:
     option ``outputs`` asks for, in the recurrence's order (states, then readouts);
     :class:`~explorer.errors.OptionError` for a name that is not an output."""
     from explorer.errors import OptionError
+    from explorer.frontend.names import last_name
 
     states, readouts = tuple(rec.states), tuple(rec.readouts)
     if outputs == "all":
@@ -181,12 +191,24 @@ def stored_outputs(rec: Any, outputs: str | tuple[str, ...]) -> tuple[str, ...]:
         return readouts or states
     if isinstance(outputs, str):
         outputs = (outputs,)
-    unknown = [o for o in outputs if o not in states + readouts]
+    # the last state of each state, unless the recurrence itself uses that name
+    names = set(rec.inputs) | set(rec.params) | set(states) | set(readouts)
+    lasts = tuple(last_name(s) for s in states if last_name(s) not in names)
+    unknown = [o for o in outputs if o not in states + readouts + lasts]
     if unknown:
         raise OptionError(f"outputs names {', '.join(unknown)}, not an output of the "
                           f"recurrence (its states: {', '.join(states)}"
-                          + (f"; its readouts: {', '.join(readouts)})" if readouts else ")"))
-    return tuple(o for o in states + readouts if o in outputs)
+                          + (f"; its readouts: {', '.join(readouts)}" if readouts else "")
+                          + (f"; last states: {', '.join(lasts)})" if lasts else ")"))
+    return tuple(o for o in states + readouts + lasts if o in outputs)
+
+
+def last_states(rec: Any, stored: tuple[str, ...]) -> tuple[str, ...]:
+    """The states whose last state ``stored`` holds (``h`` for ``h_last``), in order."""
+    from explorer.frontend.names import last_name
+
+    own = set(rec.states) | set(rec.readouts)
+    return tuple(s for s in rec.states if last_name(s) in stored and last_name(s) not in own)
 
 
 def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str
@@ -230,11 +252,11 @@ def choose_plan(form: Any, options: Any) -> Plan:
                     sweeps_of(o.strategy, o.block_size), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles)
                               if grid.scheme == "lookback" else None),
-                    stored=stored, lane_sum=lane_sum)
+                    stored=stored, lane_sum=lane_sum, segments=o.varlen)
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
-                lane_sum=lane_sum)
+                lane_sum=lane_sum, segments=o.varlen)
 
 
 def outputs_text(plan: Plan, states: tuple[str, ...] = ()) -> str:
@@ -247,6 +269,15 @@ def outputs_text(plan: Plan, states: tuple[str, ...] = ()) -> str:
              + (f"; the states {', '.join(dropped)} are never written to memory (nobody asked "
                 "for them: outputs='all' stores them)" if dropped and (
                     plan.lane_sum is None or plan.lane_sum.fused) else "")]
+    last = [o for o in plan.stored
+            if o.endswith(LAST_SUFFIX) and o[:-len(LAST_SUFFIX)] in states]
+    if last:
+        lines.append(f"scan.store: {', '.join(last)}: the state after the last step of each "
+                     "sequence, written once by the thread that computes it")
+    if plan.segments:
+        lines.append("scan.segments: packed sequences (cu_seqlens); at each sequence start the "
+                     "leaf element becomes (0, A_t h0 + b_t): the state restarts from that "
+                     "sequence's initial state, in every tree and grid")
     ls = plan.lane_sum
     if ls is not None:
         ys = ", ".join(ls.readouts)
@@ -292,6 +323,8 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
         scan.create("lookback", {"lanes": plan.lookback.lanes,
                                  "tiles_per_lane": plan.lookback.tiles_per_lane})
     scan.create("store", {"outputs": list(plan.stored)})
+    if plan.segments:
+        scan.create("segments", {"argument": SEGMENT_MARKS, "reset": "leaf"})
     if plan.lane_sum is not None:
         scan.create("lane_sum", {"readouts": list(plan.lane_sum.readouts),
                                  "scheme": plan.lane_sum.scheme}, loc=readout_loc)
@@ -328,7 +361,8 @@ def plan_from_dict(raw: Any) -> Plan:
                 Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
                 _lookback_from(raw.get("lookback")),
-                tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")))
+                tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")),
+                bool(raw.get("segments", False)))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -361,7 +395,11 @@ def read_plan(module_op: Any) -> Plan:
     if block is None or grid is None:
         raise ValueError("no plan in the module (run scan-plan first)")
     thread, tile, look = one("thread"), one("warp_tile"), one("lookback")
-    store, lane_sum = one("store"), one("lane_sum")
+    store, lane_sum, segments = one("store"), one("lane_sum"), one("segments")
+    if segments is not None and (segments.get("argument") != SEGMENT_MARKS
+                                 or segments.get("reset") != "leaf"):
+        raise ValueError(f"scan.segments {segments} is not one the lowering implements "
+                         f"(argument {SEGMENT_MARKS!r}, reset 'leaf')")
     if store is None:
         raise ValueError("the plan has no scan.store (which outputs the kernels write)")
     sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"])
@@ -379,7 +417,7 @@ def read_plan(module_op: Any) -> Plan:
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
                 lookback=_lookback_from(look), stored=tuple(store["outputs"]),
-                lane_sum=_lane_sum_from(lane_sum))
+                lane_sum=_lane_sum_from(lane_sum), segments=segments is not None)
     _check_lookback(plan)
     _check_lane_sum(plan)
     return plan

@@ -25,7 +25,10 @@ from explorer.frontend.names import TIME_CHUNK
 
 #: the PTX file of a kernel that names none
 DEFAULT_PTX = "kernel.ptx"
-ROLES = ("input", "param", "h0", "output", "size", "workspace", "rowmap")
+#: ``segments``: a varlen compile's per-step marks of the packed sequences (float32, length L,
+#: see :mod:`explorer.runtime.segments`); an ``output`` that is not ``timed`` is a last state
+#: (one per sequence and channel)
+ROLES = ("input", "param", "h0", "output", "size", "workspace", "rowmap", "segments")
 #: the int64 arguments: the sizes, and a row divisor (``rowmap``) per input that may be laid
 #: out with a row per block of channels (channel c reads row ``c // divisor``; 1: a row each)
 INT_ROLES = ("size", "rowmap")
@@ -396,7 +399,8 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
         raise ArtifactError(f"{where}: args has {len(args_raw)} entries, at most {MAX_ARGS}")
     args = tuple(_parse_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args_raw))
     # an input may share its name with a state (h0, output) or a size (the selective scan's C)
-    names = [(a.name, a.role if a.role in ("h0", "output", "size", "workspace", "rowmap")
+    names = [(a.name, a.role if a.role in ("h0", "output", "size", "workspace", "rowmap",
+                                           "segments")
               else "array") for a in args]
     dup = sorted({f"{n} ({r})" for n, r in names if names.count((n, r)) > 1})
     if dup:

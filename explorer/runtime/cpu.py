@@ -42,6 +42,7 @@ from explorer.runtime.contract import (
     size_values,
 )
 from explorer.runtime.dtypes import storage, to_storage
+from explorer.runtime.segments import initial_keyword
 
 _CIFACE = "_mlir_ciface_"
 _GRID_SUFFIX = "_grid"
@@ -104,17 +105,19 @@ def _shape(arg: ArgInfo, C: int, N: int, L: int) -> tuple[int, ...]:
 def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, Any]],
             arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
             entry: str | None = None, opt_level: int = 2, machine: Machine = CPU_MACHINE,
-            time_chunk: int | None = None, row_div: Mapping[str, int] | None = None
-            ) -> dict[str, np.ndarray]:
+            time_chunk: int | None = None, row_div: Mapping[str, int] | None = None,
+            sequences: int = 1) -> dict[str, np.ndarray]:
     """Run the lowered host module's entry (which launches every kernel's grid in order) on
     the arrays; return the outputs by name. ``row_div``: for an input given with a row per
-    block of channels (``(C / div, ...)``), the channels that share a row."""
+    block of channels (``(C / div, ...)``), the channels that share a row. ``sequences``: of
+    a packed batch (a varlen compile's ``segment_marks`` among the arrays), the number of
+    initial and last states per channel."""
     typed = _contract(kernels)
     args = typed[0].args
     check_lanes(typed, N)
     engine, entry = _engine(final_module_text, entry, opt_level)
     sizes = size_values(args, C, N, L, machine, time_chunk)
-    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {})
+    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {}, sequences)
     engine.invoke(entry, *packed)
     return outputs
 
@@ -122,15 +125,15 @@ def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, 
 def launch_cpu_kernels(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, Any]],
                        arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
                        opt_level: int = 2, machine: Machine = CPU_MACHINE,
-                       time_chunk: int | None = None, row_div: Mapping[str, int] | None = None
-                       ) -> dict[str, np.ndarray]:
+                       time_chunk: int | None = None, row_div: Mapping[str, int] | None = None,
+                       sequences: int = 1) -> dict[str, np.ndarray]:
     """Launch the host version of each kernel of the contract, in order, with the grid the GPU
     runtime would use (every kernel takes the full argument list; workspaces are shared)."""
     typed = _contract(kernels)
     args = typed[0].args
     check_lanes(typed, N)
     sizes = size_values(args, C, N, L, machine, time_chunk)
-    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {})
+    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {}, sequences)
     for k in typed:
         if k.args != args:
             raise ValueError(f"kernel {k.name} has an argument list of its own")
@@ -151,7 +154,7 @@ def _divisor(name: str, row_div: Mapping[str, int], C: int) -> int:
 
 
 def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
-          sizes: Mapping[str, int], row_div: Mapping[str, int]
+          sizes: Mapping[str, int], row_div: Mapping[str, int], sequences: int = 1
           ) -> tuple[list[Any], list[Any], dict[str, np.ndarray]]:
     from mlir.runtime import get_ranked_memref_descriptor
 
@@ -172,9 +175,17 @@ def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
             packed.append(ctypes.pointer(value))
             continue
         shape = ((a.workspace_size(C, N, L, sizes),) if role == "workspace"
+                 else (L,) if role == "segments"
                  else _shape(a, C // row_div.get(name, 1) if role == "input" else C, N, L))
+        if role in ("h0", "output") and not a.timed:   # a state per packed sequence
+            shape = (sequences, *shape)
         if role == "workspace":
             arr = np.zeros(shape, dtype=np.float32)
+        elif role == "output" and not a.timed:   # a last state starts as the initial state
+            start = arrays_by_name.get(initial_keyword(name))
+            arr = (np.zeros(shape, dtype=np.float32) if start is None else
+                   np.array(np.reshape(start, shape), dtype=np.float32))
+            outputs[name] = arr
         elif role == "output":
             arr = np.empty(shape, dtype=storage(a.dtype))   # 16-bit: see runtime.dtypes
             outputs[name] = arr

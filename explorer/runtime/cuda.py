@@ -28,8 +28,6 @@ GPU); never MLIR or sympy.
 from __future__ import annotations
 
 import os
-import tempfile
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +59,18 @@ from explorer.runtime.cuda_device import (  # noqa: F401 - the device API is thi
     gpu_unavailable_reason,
     require_gpu,
 )
+from explorer.runtime.cuda_modules import _module, device_machine
 from explorer.runtime.cuda_plan import PlanCache, build_plan, run_plan, signature
 from explorer.runtime.dtypes import NARROW, narrow_result, storage
+from explorer.runtime.segments import (
+    check_cu_seqlens,
+    initial_keyword,
+    last_shape,
+    marshal_initial,
+    packed_call,
+    segment_marks,
+    state_rows,
+)
 from explorer.runtime.shapes import (
     ArgSpec,
     as_array,
@@ -76,66 +84,6 @@ from explorer.runtime.shapes import (
 MAX_GRID_X = 2**31 - 1
 #: dynamic shared memory a kernel may use without raising its attribute
 DEFAULT_SHARED_LIMIT = 48 * 1024
-
-
-# --- modules ---------------------------------------------------------------------------------
-
-_MODULES: dict[tuple[str, str, int], Any] = {}
-_MODULES_LOCK = threading.Lock()
-
-
-def _module(artifact: Artifact, kernel: KernelInfo) -> Any:
-    """The loaded CuPy module holding ``kernel`` (cached per PTX content and device)."""
-    cp = _cupy()
-    device = cp.cuda.Device().id
-    text = artifact.ptx_text.get(kernel.ptx, "")
-    key = (artifact.hash or str(hash(text)), kernel.ptx, device)
-    with _MODULES_LOCK:
-        mod = _MODULES.get(key)
-        if mod is None:
-            if artifact.path is not None and (artifact.path / kernel.ptx).is_file():
-                path = str(artifact.path / kernel.ptx)
-            else:
-                fd, path = tempfile.mkstemp(suffix=".ptx", prefix="scanweaver-")
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(text)
-            try:
-                mod = cp.RawModule(path=path)
-            except Exception as err:  # the driver's PTX JIT refused the module
-                raise LaunchError(f"loading {kernel.ptx} ({kernel.name}) failed: {err}") from err
-            _MODULES[key] = mod
-    return mod
-
-
-_MACHINES: dict[tuple[str, int], Machine] = {}
-
-
-def device_machine(artifact: Artifact) -> Machine:
-    """SMs of the current device and the blocks of the artifact's chunked kernels that fit on
-    one SM at once (the smallest over those kernels), cached per artifact and device."""
-    cp = _cupy()
-    device = int(cp.cuda.Device().id)
-    key = (artifact.hash or str(id(artifact)), device)
-    hit = _MACHINES.get(key)
-    if hit is not None:
-        return hit
-    attrs = cp.cuda.Device(device).attributes
-    sms = int(attrs.get("MultiProcessorCount", 1))
-    per_sm = []
-    for k in artifact.kernels:
-        if not k.chunked_per_call:
-            continue
-        func = _module(artifact, k).get_function(k.name)
-        try:
-            n = int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-                func.ptr, k.threads, k.shared_bytes))
-        except Exception:
-            n = min(int(attrs.get("MaxBlocksPerMultiprocessor", 16)),
-                    int(attrs.get("MaxThreadsPerMultiProcessor", 2048)) // k.threads)
-        per_sm.append(max(1, n))
-    machine = Machine(sms=max(1, sms), blocks_per_sm=min(per_sm) if per_sm else 1)
-    _MACHINES[key] = machine
-    return machine
 
 
 # --- the kernel ------------------------------------------------------------------------------
@@ -167,6 +115,8 @@ class Launch:
         default_factory=list, repr=False)
     #: workspaces zeroed before every launch
     _reset: list[Any] = field(default_factory=list, repr=False)
+    #: the sequences of a packed batch (``cu_seqlens``), None when the call is not packed
+    sequences: int | None = None
 
     def launch(self, stream: Any = None) -> None:
         s = stream if stream is not None else self.stream
@@ -202,7 +152,11 @@ class Launch:
         for name in self.owner.output_names:
             lane = self.owner.output_lane[name]
             arr = self.outputs[name]
-            shaped = arr.reshape((*self.batch, self.N, self.L) if lane else (*self.batch, self.L))
+            if not self.owner.output_args[name].timed:    # a last state
+                shaped = arr.reshape(last_shape(self.sequences, self.batch, self.N, lane))
+            else:
+                shaped = arr.reshape((*self.batch, self.N, self.L) if lane
+                                     else (*self.batch, self.L))
             dtype = self.owner.narrow.get(name)
             outs[name] = (_from_cupy(shaped, self.kind, self.template) if dtype is None else
                           narrow_result(shaped, dtype, self.kind, self.template, _from_cupy))
@@ -245,6 +199,8 @@ class CudaKernel:
         #: the 16-bit inputs and outputs and their dtypes (see explorer.runtime.dtypes)
         self.narrow = {a.name: a.dtype for k in kernels for a in k.args if a.dtype in NARROW}
         self._plans = PlanCache()
+        #: a varlen compile: the kernels read segment marks, a call may pass ``cu_seqlens``
+        self.varlen = any(a.role == "segments" for k in kernels for a in k.args)
 
     @classmethod
     def from_artifact(cls, artifact: Artifact | str | os.PathLike[str], cast: bool = False,
@@ -283,8 +239,14 @@ class CudaKernel:
         forces the chunk length of kernels that take one per call (default: the manifest's
         rule for this device).
         """
+        cu = packed_call(self.varlen, arrays)
+        # with cu_seqlens an initial state is one per sequence: marshalled on its own
+        per_seq = ({k: arrays.pop(k) for k in self.h0_names if k in arrays}
+                   if cu is not None else {})
         kind, template = _result_kind(arrays)
         specs = self.check(L=L, **arrays)
+        for name, value in per_seq.items():
+            check_array_dtype(name, value, self.cast)
         require_gpu()
         cp = _cupy()
         device = _input_device(arrays)
@@ -297,7 +259,8 @@ class CudaKernel:
             # 16-bit inputs are rounded into their storage by marshal (torch ones read there)
             device_arrays = {n: v if n in self.narrow else _to_cupy(n, v, self.cast)
                              for n, v in arrays.items()}
-            run = self._bind(specs, device_arrays, kind, template, stream, L, time_chunk)
+            run = self._bind(specs, device_arrays, kind, template, stream, L, time_chunk,
+                             cu, {n: _to_cupy(n, v, self.cast) for n, v in per_seq.items()})
         run.device = device
         return run
 
@@ -313,12 +276,12 @@ class CudaKernel:
                        if isinstance(x, torch.Tensor) and x.is_cuda), None)
         ptr = torch.cuda.current_stream(device).cuda_stream if device is not None else None
         key = signature(tensors, L, time_chunk, ptr) if ptr is not None else None
-        if key is None:
+        if key is None or self.varlen or self.narrow:
+            # 16-bit and packed compiles bind more than a launch plan holds
             run = self.prepare(L=L, time_chunk=time_chunk, **tensors)
             run.launch()
-            return {n: _from_cupy(run.outputs[n].reshape(
-                (*run.batch, run.N, run.L) if self.output_lane[n] else (*run.batch, run.L)),
-                "torch", None) for n in self.output_names}
+            out = run.result()
+            return out if isinstance(out, dict) else {self.output_names[0]: out}
         plan = self._plans.get(key)
         if plan is None:
             require_gpu()
@@ -362,7 +325,8 @@ class CudaKernel:
 
     def _bind(self, specs: list[ArgSpec], device_arrays: dict[str, Any], kind: str,
               template: Any, stream: Any, L: int | None = None,
-              time_chunk: int | None = None) -> Launch:
+              time_chunk: int | None = None, cu_seqlens: Any = None,
+              per_seq: dict[str, Any] | None = None) -> Launch:
         cp = _cupy()
         # inputs the kernels may read with a row per block of channels: where they are
         shared = [a.name for a in self.artifact.kernels[0].args if a.role == "rowmap"]
@@ -370,15 +334,32 @@ class CudaKernel:
             m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, L=L, vector=self.vector,
                         shared=shared, dtypes=self.narrow)
             C, N, L = m.C, m.N, m.L
+            # a packed batch: its offsets checked, the marks the kernels read
+            offsets = (check_cu_seqlens(cu_seqlens if cu_seqlens is not None else [0, L], L)
+                       if self.varlen else None)
+            sequences = (offsets.shape[0] - 1 if offsets is not None and cu_seqlens is not None
+                         else None)
+            marks = cp.asarray(segment_marks(offsets, L)) if offsets is not None else None
             h0 = {}
             for state, info in self.h0_args.items():
                 key = self.h0_keyword[state]
-                if key in m.arrays:
+                if per_seq and key in per_seq:
+                    h0[state] = marshal_initial(key, per_seq[key], sequences or 1, m.batch,
+                                                N, info.lane, cp)
+                elif key in m.arrays:
                     h0[state] = m.arrays[key]
                 else:
-                    h0[state] = cp.zeros((C, N) if info.lane else (C,), dtype=cp.float32)
+                    h0[state] = cp.zeros(state_rows(sequences or 1, C, N, info.lane),
+                                         dtype=cp.float32)
+            by_keyword = {self.h0_keyword[s]: s for s in self.h0_args}
             outputs = {}
             for name, info in self.output_args.items():
+                if not info.timed:   # a last state: it starts as the initial state
+                    start = h0.get(by_keyword.get(initial_keyword(name), ""))
+                    outputs[name] = (start.reshape(-1).copy() if start is not None else
+                                     cp.zeros(state_rows(sequences or 1, C, N, info.lane),
+                                              dtype=cp.float32))
+                    continue
                 shape = (C, N, L) if info.lane else (C, L)
                 kept = storage(info.dtype)   # NaN poison: 0xFFFF is a bfloat16 NaN too
                 outputs[name] = (cp.full(shape, np.nan if kept.kind == "f" else 0xFFFF,
@@ -386,7 +367,8 @@ class CudaKernel:
                                  else cp.empty(shape, dtype=kept))
         run = Launch(owner=self, C=C, N=N, L=L, batch=m.batch,
                      inputs={s.name: m.arrays[s.name] for s in self.specs}, h0=h0,
-                     outputs=outputs, kind=kind, template=template, stream=stream)
+                     outputs=outputs, kind=kind, template=template, stream=stream,
+                     sequences=sequences)
         if C * N == 0 or L == 0:
             return run  # nothing to compute: empty outputs, no launch
         per_call = any(k.chunked_per_call for k in self.artifact.kernels)
@@ -426,6 +408,8 @@ class CudaKernel:
                     args.append(workspaces[a.name])
                 elif a.role == "rowmap":
                     args.append(np.int64(m.row_div.get(a.name, 1)))
+                elif a.role == "segments":
+                    args.append(marks)
                 else:
                     args.append(sizes[a.name])
             if grid[0] > MAX_GRID_X:

@@ -134,7 +134,8 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
     """Check a call fully (as ``prepare`` does) and bind what does not depend on the data."""
     import torch
 
-    from explorer.runtime.cuda import MAX_GRID_X, _module, device_machine
+    from explorer.runtime.cuda import MAX_GRID_X
+    from explorer.runtime.cuda_modules import _module, device_machine
 
     specs = kernel.check(L=L, **arrays)
     cp = _cupy()

@@ -25,6 +25,10 @@ What is built:
 - ``narrow/<preset>-<strategy>-<dtype>``: the affine scan and the selective scans compiled with
   16-bit inputs (``dtype="bfloat16"``/``"float16"``; ``-out32``: ``out_dtype="float32"``), for
   ``test_dtype16_gpu.py``; listed under ``narrow`` in the index, apart from the float32 ones.
+- ``varlen/<preset>-<strategy>[-small|-lookback]``: the affine scan and the selective scan with
+  ``varlen=True`` (packed sequences, ``cu_seqlens``), storing the last state beside ``h`` or
+  ``y``, with their own ``varlen/index.json`` (``test_varlen_gpu``; the other tests do not see
+  them). ``--varlen-only`` builds these alone.
 
 ``index.json`` lists what was built and what failed to compile (with the error), so the tests
 report compile failures instead of silently testing less.
@@ -192,6 +196,38 @@ def build_narrow(out: Path) -> tuple[dict[str, object], dict[str, str]]:
             failed[f"narrow/{name}"] = f"{type(err).__name__}: {err}"
             traceback.print_exc()
     return built, failed
+#: the varlen variants: (preset, outputs) x (strategy, suffix, options)
+VARLEN_PRESETS = {"affine scan": ("h", "h_last"), "selective scan": ("y", "h_last")}
+VARLEN_PLANS = [("sequential", "", {}), ("blelloch", "", {}), ("kogge_stone", "", {}),
+                ("blelloch", "-small", SMALL), ("blelloch", "-lookback", {"grid": "lookback"})]
+
+
+def build_varlen(out: Path) -> int:
+    """The varlen artifacts into ``out`` with their own ``index.json``; the failures' count."""
+    import explorer
+    from explorer.presets import PRESETS
+
+    out.mkdir(parents=True, exist_ok=True)
+    built: dict[str, object] = {}
+    failed: dict[str, str] = {}
+    for preset, outputs in VARLEN_PRESETS.items():
+        text = PRESETS[preset]
+        for strategy, suffix, options in VARLEN_PLANS:
+            name = f"{preset.replace(' ', '-')}-{strategy}{suffix}"
+            try:
+                compiled = explorer.compile(text, target="cuda", strategy=strategy,
+                                            varlen=True, outputs=outputs, **options)
+                compiled.save(out / name)
+                built[name] = {"recurrence": text, "strategy": strategy,
+                               "vector": bool(compiled.form.vector), "source": "explorer",
+                               "outputs": list(compiled.outputs)}
+            except Exception as err:
+                failed[name] = f"{type(err).__name__}: {err}"
+                traceback.print_exc()
+    (out / "index.json").write_text(json.dumps({"artifacts": built, "failed": failed},
+                                               indent=2) + "\n")
+    print(f"{len(built)} varlen artifacts in {out}; {len(failed)} failed")
+    return len(failed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,8 +238,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma list (default: every strategy the compiler has)")
     parser.add_argument("--narrow-only", action="store_true",
                         help="build the 16-bit artifacts alone (narrow/)")
+    parser.add_argument("--varlen-only", action="store_true",
+                        help="build the varlen artifacts alone (into OUT/varlen)")
     args = parser.parse_args(argv)
     out: Path = args.out
+    if args.varlen_only:
+        if (out / "varlen").exists():
+            shutil.rmtree(out / "varlen")
+        return 0 if build_varlen(out / "varlen") == 0 else 1
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -217,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         compiled, failed_c = build_compiled(
             out, args.strategies.split(",") if args.strategies else None)
         failed.update(failed_c)
+        if not failed_c.get("*") and build_varlen(out / "varlen"):
+            failed["varlen"] = "see varlen/index.json"
     narrow, failed_n = build_narrow(out)
     failed.update(failed_n)
     index = {"artifacts": {**abi, **compiled}, "narrow": narrow, "failed": failed,

@@ -64,7 +64,9 @@ def _run_line(path: Path) -> tuple[str, str, dict[str, object]]:
         if key == "recurrence":
             rec = value.replace("\\n", "\n")
         else:
-            options[key] = int(value) if re.fullmatch(r"\d+", value) else value
+            options[key] = (int(value) if re.fullmatch(r"\d+", value) else
+                            value == "true" if value in ("true", "false") else
+                            tuple(value.split(",")) if "," in value else value)
     return name, rec, options
 
 
