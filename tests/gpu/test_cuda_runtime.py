@@ -107,7 +107,12 @@ BLELLOCH_AFFINE = [n for n in AFFINE_ARTS if ARTIFACTS[n].get("strategy") == "bl
 
 
 def _grid(kernel: CudaKernel) -> str:
-    return str(kernel.artifact.manifest["options"].get("grid", "chunked"))
+    """The grid the plan chose (the option may say ``auto``): the look-back kernels alone take
+    the tiles' flags."""
+    from explorer.frontend.names import TILE_FLAGS
+
+    return ("lookback" if any(a.name == TILE_FLAGS for k in kernel.artifact.kernels
+                              for a in k.args) else "chunked")
 
 
 @pytest.mark.parametrize(("C", "L"), [(1, 2**20), (16, 100_003), (1024, 16384)])
