@@ -63,10 +63,12 @@ class Options:
     #: scan backwards in time: h[t] = A_t h[t+1] + b_t, the initial state after the last step
     reverse: bool = False
     #: the grid level of a tree plan (one of GRIDS). "auto": the plan takes the look-back scan
-    #: where its packed protocol applies (a scalar first-order state: measured on an H100 at
-    #: 0.61 to 0.67 of a copy for few long sequences, against 0.58 to 0.60 for the chunked
-    #: scan, which reads its inputs twice), the chunked scan otherwise
-    grid: str = "auto"
+    #: where its packed protocol applies (a scalar first-order state), the chunked scan
+    #: otherwise. Measured on an H100 (scanweaver bench, fp32 affine scan), the look-back grid
+    #: leads for few long sequences (0.60 to 0.62 of a copy at 1 x 2^26, 16 x 2^20, 64 x 2^18,
+    #: against 0.55 to 0.57) but trails at 4096 x 2^10, 1024 x 2^14 and 4 x 2^24, so the
+    #: chunked scan stays the default
+    grid: str = "chunked"
     #: tiles each lane of the look-back warp examines per round trip (the window is 32 times
     #: this): the walk keeps up with the tiles arriving only if a window spans the tiles that
     #: finish during one round trip to L2

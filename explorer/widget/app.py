@@ -115,7 +115,7 @@ class Explorer(widgets.VBox):
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
                  strategy: str = "blelloch", block_size: int | None = None,
                  elements_per_thread: int | None = None, chip: str = "sm_90",
-                 dtype: str = "float32", reverse: bool = False, grid: str = "auto") -> None:
+                 dtype: str = "float32", reverse: bool = False, grid: str = "chunked") -> None:
         from explorer.codegen.options import GRIDS, Options, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
@@ -130,7 +130,7 @@ class Explorer(widgets.VBox):
             recurrence = given.recurrence
             target, strategy = given.target, given.strategy
             chip, dtype, reverse = opts["chip"], opts["dtype"], opts["reverse"]
-            grid = opts.get("grid", "auto")
+            grid = opts.get("grid", "chunked")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         if block_size is None:

@@ -415,7 +415,7 @@ def test_the_grid_box_compiles_the_lookback_plan() -> None:
     the sequential plan, which has no grid to choose, greys the box out."""
     # tiles of 64 steps: the run below (2 channels x 700 steps) is cut into 11 tiles a sequence
     widget = Explorer(AFFINE, target="cpu", block_size=32, elements_per_thread=2)
-    assert widget.options()["grid"] == "auto"
+    assert widget.options()["grid"] == "chunked"
     widget.grid.value = "lookback"
     assert widget.error is None, widget.error_box.value
     c = widget.compiled
