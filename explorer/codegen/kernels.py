@@ -69,6 +69,7 @@ from explorer.codegen.emit import (
 from explorer.codegen.gen import Gen, Locations, scan_io
 from explorer.codegen.hoist import ChannelSplit, split_channel
 from explorer.codegen.lower_grid import (
+    LANE_LOOP_THREADS_PER_SM,
     blelloch_block,
     blelloch_shapes,
     lane_loop_block,
@@ -158,6 +159,7 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
                 launch_when_longer_than=None if role == "scan" else TIME_CHUNK,
                 launch_unless_longer_than=TIME_CHUNK if whole_only else None,
                 min_blocks_per_sm=(max(1, LOOKBACK_THREADS_PER_SM // bs) if role == "lookback"
+                                   else max(1, LANE_LOOP_THREADS_PER_SM // bs) if lane_loop
                                    else 0),
                 channels="block" if lane_loop else None))
     if lane_sum is not None and not lane_sum.fused:

@@ -113,6 +113,14 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
                last_state=gen.last_state_hook(seq))
 
 
+#: resident threads per SM asked of ptxas for the lane-loop scan kernel (as blocks per SM):
+#: left alone ptxas gives it 128 registers, 4 blocks of 128 threads an SM, and the kernel is
+#: bound by issuing its instructions; asked for 5 it fits 96 registers (56 bytes of spills) and
+#: ran 7% faster on an H100 (Mamba preset, 8 x 1536 x 16 x 2048 and x 8192); asked for 6 or 8,
+#: the spills cost more than the occupancy gives
+LANE_LOOP_THREADS_PER_SM = 640
+
+
 def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                     aggbuf: Sequence[Value], shared: Sequence[Value], acc: Sequence[Value],
                     split: ChannelSplit) -> None:
