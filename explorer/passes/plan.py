@@ -2,8 +2,11 @@
 
 The plan says how the scan maps onto the machine, from the innermost level out:
 
-* ``scan.thread {elements = E}``: each thread composes E consecutive elements serially in
-  registers (E - 1 combines);
+* ``scan.thread {elements = E, vector = V}``: each thread composes E consecutive elements
+  serially in registers (E - 1 combines); the tile reaches the block's stage (and the outputs
+  leave it) V consecutive elements a thread at once, one vector access (``vector<4xf32>``: 16
+  bytes), where the rows and the tile start are aligned to V elements and the tile is whole (a
+  check per tile; the scalar accesses otherwise); V = 1: one element an access;
 * ``scan.block {threads = B, tree = ...}``: B threads, and the tree that scans their B aggregates
   in shared memory, spelled out as one ``scan.sweep {phase, stride, active}`` per level (a
   barrier after each): ``blelloch`` is an up-sweep (strides 1 .. B/2; the last level also sets
@@ -124,6 +127,7 @@ class Plan:
     lookback: Lookback | None = None   # look-back grids only
     stored: tuple[str, ...] = ()       # the outputs the kernels write (scan.store)
     lane_sum: LaneSum | None = None    # a vector state's readouts (scan.lane_sum)
+    vector: int = 1               # elements of one wide tile access (scan.thread; 1: scalar)
 
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
@@ -230,7 +234,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
                     sweeps_of(o.strategy, o.block_size), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles)
                               if grid.scheme == "lookback" else None),
-                    stored=stored, lane_sum=lane_sum)
+                    stored=stored, lane_sum=lane_sum, vector=o.vector)
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
@@ -278,7 +282,7 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
     from explorer.codegen.threads import WARP
 
     if plan.tree in TREES:
-        scan.create("thread", {"elements": plan.elements})
+        scan.create("thread", {"elements": plan.elements, "vector": plan.vector})
     else:
         scan.create("warp_tile", {"sequences": WARP, "steps": plan.tile_steps})
     scan.create("block", {"threads": plan.threads, "tree": plan.tree})
@@ -328,7 +332,8 @@ def plan_from_dict(raw: Any) -> Plan:
                 Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
                 _lookback_from(raw.get("lookback")),
-                tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")))
+                tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")),
+                int(raw.get("vector", 1)))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -344,6 +349,7 @@ def plan_from_dict(raw: Any) -> Plan:
         raise ValueError(f"unknown grid {plan.grid.scheme!r} for a sequential plan")
     _check_lookback(plan)
     _check_lane_sum(plan)
+    _check_vector(plan)
     if plan.grid.direction not in ("forward", "reverse"):
         raise ValueError(f"unknown direction {plan.grid.direction!r}")
     return plan
@@ -379,10 +385,24 @@ def read_plan(module_op: Any) -> Plan:
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
                 lookback=_lookback_from(look), stored=tuple(store["outputs"]),
-                lane_sum=_lane_sum_from(lane_sum))
+                lane_sum=_lane_sum_from(lane_sum), vector=thread["vector"] if thread else 1)
     _check_lookback(plan)
     _check_lane_sum(plan)
+    _check_vector(plan)
     return plan
+
+
+def _check_vector(plan: Plan) -> None:
+    """A wide access the lowering implements: a power of two up to VECTOR_MAX elements that
+    divides the thread's elements (1 for a sequential plan)."""
+    from explorer.codegen.options import VECTOR_MAX
+
+    v = plan.vector
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1) or (
+            v > VECTOR_MAX or plan.elements % v or (plan.tree not in TREES and v != 1)):
+        raise ValueError(f"a wide access of {v!r} elements is not one the lowering implements "
+                         f"for {plan.elements} elements a thread (a power of two up to "
+                         f"{VECTOR_MAX} that divides them; 1 for a sequential plan)")
 
 
 def _lane_sum_from(raw: Any) -> LaneSum | None:
