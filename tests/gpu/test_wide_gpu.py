@@ -12,6 +12,7 @@ reference (of the inputs rounded to the dtype) with the tolerance of
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ SIZES = [(1, 1), (3, 7), (5, 33), (4, 1024), (7, 1027), (2, 4099), (1, 2**16 + 3
          (1, 2**22 + 5), (4096, 64), (300, 2000)]
 
 
+@functools.cache
 def _kernel(name: str) -> CudaKernel:
     return CudaKernel.from_artifact(ART / "wide" / name, poison=True)
 
