@@ -1,12 +1,12 @@
 """Speed of the wide tile accesses (``vector_width``): affine-scan artifacts with the option on
 and off, each timed against a device copy of the same bytes, on the GPU machine (NumPy + CuPy).
 
-    python bench/wide_speed.py ART_DIR [--shapes 4096x1024,1x2^26] [--json out.json]
+    python bench/wide_speed.py ART_DIR [--shapes 4096x1024,1x2^26] [--tag e16] [--json out.json]
 
 ``ART_DIR`` holds ``affine-<dtype>`` and ``affine-<dtype>-v1`` artifacts (``wide/`` of
 ``tests/gpu/build_artifacts.py --wide-only``). Per shape and dtype: the median time of the
-kernels (CUDA events, after a warm-up) and "of copy": the time of copying a and b (device to
-device, median alike), scaled to the scan's bytes (3 arrays of the dtype an element against
+kernels (CUDA events, after a warm-up) and "of copy": the time of copying a and b
+(``cudaMemcpyAsync`` device to device, median alike), scaled to the scan's bytes (3 arrays of the dtype an element against
 the copy's 4), divided by the kernel's time. Before timing, each output is checked by its
 residual ``max |h[t] - (a[t] h[t-1] + b[t])| / max |h|`` in float64 on the inputs as the
 kernel read them (rounded to the dtype).
@@ -48,12 +48,15 @@ def _median_ms(cp: Any, fn: Any, reps: int) -> float:
 
 
 def _copy_ms(cp: Any, srcs: tuple[Any, ...], reps: int) -> float:
-    """Median time of a device-to-device copy of ``srcs``."""
+    """Median time of a device-to-device copy of ``srcs`` (``cudaMemcpyAsync``: an
+    elementwise CuPy copy ran at half the bandwidth for a (1, 2^26) array on an H100)."""
     dsts = [cp.empty_like(s) for s in srcs]
+    rt = cp.cuda.runtime
 
     def copy() -> None:
+        stream = cp.cuda.get_current_stream().ptr
         for d, s in zip(dsts, srcs, strict=True):
-            d[...] = s
+            rt.memcpyAsync(d.data.ptr, s.data.ptr, s.nbytes, rt.memcpyDeviceToDevice, stream)
     return _median_ms(cp, copy, reps)
 
 
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default=SHAPES)
     p.add_argument("--dtypes", default=",".join(DTYPES))
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--tag", default="",
+                   help="artifacts affine-<dtype>-<tag> and affine-<dtype>-<tag>-v1")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     rows = []
@@ -77,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape in args.shapes.split(","):
         C, L = _shape(shape)
         for dtype in args.dtypes.split(","):
-            kernels = {v: CudaKernel.from_artifact(args.art / f"affine-{dtype}{s}")
+            tag = f"-{args.tag}" if args.tag else ""
+            kernels = {v: CudaKernel.from_artifact(args.art / f"affine-{dtype}{tag}{s}")
                        for v, s in (("wide", ""), ("scalar", "-v1"))}
             rng = cp.random.default_rng(C + L)
             a = (0.5 + 0.5 * rng.random((C, L), dtype=cp.float32)).astype(cp.float32)

@@ -209,6 +209,8 @@ WIDE_VARIANTS = [
     ("affine-bfloat16-out32", "affine scan", "blelloch", {"dtype": "bfloat16",
                                                           "out_dtype": "float32"}),
     ("selective-float32", "selective scan", "blelloch", {}),
+    *((f"affine-{d}-e16", "affine scan", "blelloch", {"dtype": d, "elements_per_thread": 16})
+      for d in ("float32", "bfloat16", "float16")),
 ]
 
 
