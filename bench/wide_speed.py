@@ -6,10 +6,10 @@ and off, each timed against a device copy of the same bytes, on the GPU machine 
 ``ART_DIR`` holds ``affine-<dtype>`` and ``affine-<dtype>-v1`` artifacts (``wide/`` of
 ``tests/gpu/build_artifacts.py --wide-only``). Per shape and dtype: the median time of the
 kernels (CUDA events, after a warm-up) and "of copy": the time of copying a and b
-(``cudaMemcpyAsync`` device to device, median alike), scaled to the scan's bytes (3 arrays of the dtype an element against
-the copy's 4), divided by the kernel's time. Before timing, each output is checked by its
-residual ``max |h[t] - (a[t] h[t-1] + b[t])| / max |h|`` in float64 on the inputs as the
-kernel read them (rounded to the dtype).
+(``cudaMemcpyAsync`` device to device, median alike), scaled to the scan's bytes (3 arrays
+of the dtype an element against the copy's 4), divided by the kernel's time. Before timing,
+each output is checked by its residual ``max |h[t] - (a[t] h[t-1] + b[t])| / max |h|`` in
+float64 on the inputs as the kernel read them (rounded to the dtype).
 """
 
 from __future__ import annotations

@@ -161,8 +161,8 @@ def _plan_text(plan: Any) -> str:
 
 
 def _wide_text(plan: Any) -> str:
-    """How the tile moves between memory and the stage (``scan.thread``'s vector)."""
-    V = getattr(plan, "vector", 1)
+    """How the tile moves between memory and the stage (``scan.thread``'s vector_width)."""
+    V = plan.vector_width
     if V <= 1:
         return ("     the tile is loaded and stored one element an access (vector_width=1)\n")
     return (f"     the tile is loaded and its outputs stored {V} consecutive elements a thread "

@@ -4,7 +4,7 @@ sweep as the plan's ``scan.sweep`` ops say (Blelloch up/down-sweep or Kogge-Ston
 barrier after each; then each thread applies its prefix to its elements.
 
 The tile moves between memory and the block's stage V elements a thread at once
-(``scan.thread {vector = V}``): thread ``tid`` holds the positions ``(g * B + tid) * V + j``
+(``scan.thread {vector_width = V}``): thread ``tid`` holds the positions ``(g * B + tid) * V + j``
 (``g < E / V``, ``j < V``) of the tile, loaded as one ``vector.load`` of V elements per stream
 and group where every stream's row and the tile start are aligned to V elements and the tile
 lies whole in the range, by scalar loads of the same positions otherwise (a check per tile);
@@ -159,8 +159,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     last = arith.subi(end, ci(1))
     total_slot = ci(padded(bs))
 
-    # wide accesses (scan.thread's vector): off for the tile the caller loaded (its layout)
-    V = gen.options.vector
+    # wide accesses (scan.thread's vector_width): off for the tile the caller loaded (its layout)
+    V = gen.options.vector_elements
     VL = V if prefetched is None else 1
     assert E % V == 0, "the plan's vector width divides the thread's elements"
 

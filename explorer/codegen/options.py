@@ -89,7 +89,7 @@ class Options:
     vector_width: int | str = "auto"
 
     @property
-    def vector(self) -> int:
+    def vector_elements(self) -> int:
         """``vector_width`` resolved: the elements of one wide access (1: scalar accesses)."""
         if self.vector_width == "auto":
             return min(16 // (4 if self.dtype == "float32" else 2), self.elements_per_thread)

@@ -10,11 +10,11 @@ step, and the last of them replaces them by ``gpu``/``scf``/``memref`` code:
 * after ``scan-decompose``: ``scan.affine`` (the scan's element ``(A_t, b_t)``: form, state
   dimension, the coefficients) and one ``scan.readout`` per readout;
 * after ``scan-plan``: the plan, from the innermost level out: ``scan.thread`` (elements composed
-  serially in registers, and loaded a vector of them at a time), ``scan.block`` (threads of a block and the tree over their
-  aggregates), one ``scan.sweep`` per level of that tree (phase, stride, active threads: a
-  barrier between sweeps), ``scan.grid`` (how a sequence is spread over blocks),
-  ``scan.store`` (the outputs the kernels write) and, for a vector state with readouts,
-  ``scan.lane_sum`` (where the sums over the lanes are computed). The lowering reads these
+  serially in registers, and moved a vector of them at a time), ``scan.block`` (threads of a
+  block and the tree over their aggregates), one ``scan.sweep`` per level of that tree (phase,
+  stride, active threads: a barrier between sweeps), ``scan.grid`` (how a sequence is spread
+  over blocks), ``scan.store`` (the outputs the kernels write) and, for a vector state with
+  readouts, ``scan.lane_sum`` (where the sums over the lanes are computed). The lowering reads these
   ops, so the tree drawn from them is the tree the kernels run.
 
 Every op takes no operands and produces no results; its attributes are its meaning. (IRDL ops
@@ -32,7 +32,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "statement": ("target", "kind", "source"),
     "affine": ("form", "dim", "width", "components", "A", "b"),
     "readout": ("target", "expr", "lane_sum"),
-    "thread": ("elements", "vector"),
+    "thread": ("elements", "vector_width"),
     "block": ("threads", "tree"),
     "sweep": ("phase", "stride", "active"),
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),

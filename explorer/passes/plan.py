@@ -2,7 +2,7 @@
 
 The plan says how the scan maps onto the machine, from the innermost level out:
 
-* ``scan.thread {elements = E, vector = V}``: each thread composes E consecutive elements
+* ``scan.thread {elements = E, vector_width = V}``: each thread composes E consecutive elements
   serially in registers (E - 1 combines); the tile reaches the block's stage (and the outputs
   leave it) V consecutive elements a thread at once, one vector access (``vector<4xf32>``: 16
   bytes), where the rows and the tile start are aligned to V elements and the tile is whole (a
@@ -127,7 +127,7 @@ class Plan:
     lookback: Lookback | None = None   # look-back grids only
     stored: tuple[str, ...] = ()       # the outputs the kernels write (scan.store)
     lane_sum: LaneSum | None = None    # a vector state's readouts (scan.lane_sum)
-    vector: int = 1               # elements of one wide tile access (scan.thread; 1: scalar)
+    vector_width: int = 1         # elements of one wide tile access (scan.thread; 1: scalar)
 
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
@@ -234,7 +234,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
                     sweeps_of(o.strategy, o.block_size), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles)
                               if grid.scheme == "lookback" else None),
-                    stored=stored, lane_sum=lane_sum, vector=o.vector)
+                    stored=stored, lane_sum=lane_sum, vector_width=o.vector_elements)
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
@@ -282,7 +282,8 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
     from explorer.codegen.threads import WARP
 
     if plan.tree in TREES:
-        scan.create("thread", {"elements": plan.elements, "vector": plan.vector})
+        scan.create("thread", {"elements": plan.elements,
+                                 "vector_width": plan.vector_width})
     else:
         scan.create("warp_tile", {"sequences": WARP, "steps": plan.tile_steps})
     scan.create("block", {"threads": plan.threads, "tree": plan.tree})
@@ -333,7 +334,7 @@ def plan_from_dict(raw: Any) -> Plan:
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
                 _lookback_from(raw.get("lookback")),
                 tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")),
-                int(raw.get("vector", 1)))
+                int(raw.get("vector_width", 1)))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -385,7 +386,8 @@ def read_plan(module_op: Any) -> Plan:
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
                 lookback=_lookback_from(look), stored=tuple(store["outputs"]),
-                lane_sum=_lane_sum_from(lane_sum), vector=thread["vector"] if thread else 1)
+                lane_sum=_lane_sum_from(lane_sum),
+                vector_width=thread["vector_width"] if thread else 1)
     _check_lookback(plan)
     _check_lane_sum(plan)
     _check_vector(plan)
@@ -397,7 +399,7 @@ def _check_vector(plan: Plan) -> None:
     divides the thread's elements (1 for a sequential plan)."""
     from explorer.codegen.options import VECTOR_MAX
 
-    v = plan.vector
+    v = plan.vector_width
     if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1) or (
             v > VECTOR_MAX or plan.elements % v or (plan.tree not in TREES and v != 1)):
         raise ValueError(f"a wide access of {v!r} elements is not one the lowering implements "

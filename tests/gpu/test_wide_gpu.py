@@ -1,4 +1,4 @@
-"""GPU tests of the wide tile accesses (``scan.thread {vector = V}``): the artifacts under
+"""GPU tests of the wide tile accesses (``scan.thread {vector_width = V}``): the artifacts under
 ``wide/`` of ``tests/gpu/build_artifacts.py``, each beside its twin compiled with
 ``vector_width=1``.
 

@@ -1,6 +1,7 @@
-"""Wide tile accesses of tree plans (``vector_width``, ``scan.thread {vector = V}``): the option,
-the plan that records it, and the kernels on the host (``target="cpu"`` runs the same lowering,
-threads as loops) against the float64 reference, where the wide path runs and where it must not.
+"""Wide tile accesses of tree plans (``vector_width``, ``scan.thread {vector_width = V}``): the
+option, the plan that records it, and the kernels on the host (``target="cpu"`` runs the same
+lowering, threads as loops) against the float64 reference, where the wide path runs and where
+it must not.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ SMALL = {"block_size": 32, "elements_per_thread": 8}
     ({"vector_width": 8, "elements_per_thread": 8}, 8),
 ])
 def test_vector_width_resolves(options: dict[str, Any], want: int) -> None:
-    assert validate(**options).vector == want
+    assert validate(**options).vector_elements == want
 
 
 @pytest.mark.parametrize("bad", [0, 3, 16, True, "wide", 2.0, None])
@@ -61,24 +62,24 @@ def _plan_dict(**changes: Any) -> dict[str, Any]:
 
 def test_plan_records_the_width_and_reads_it_back() -> None:
     c = ex.compile(AFFINE, target="cpu", **SMALL)
-    assert plan_ir(c.stages["scan-plan"].text).vector == 4
+    assert plan_ir(c.stages["scan-plan"].text).vector_width == 4
     c1 = ex.compile(AFFINE, target="cpu", vector_width=1, **SMALL)
-    assert plan_ir(c1.stages["scan-plan"].text).vector == 1
+    assert plan_ir(c1.stages["scan-plan"].text).vector_width == 1
     assert "vector.load" in c.stages["scan-lower"].text
     assert "vector.load" not in c1.stages["scan-lower"].text
-    assert plan_from_dict(_plan_dict()).vector == 4
+    assert plan_from_dict(_plan_dict()).vector_width == 4
 
 
 def test_a_record_without_the_width_reads_as_scalar() -> None:
     raw = _plan_dict()
-    del raw["vector"]
-    assert plan_from_dict(raw).vector == 1
+    del raw["vector_width"]
+    assert plan_from_dict(raw).vector_width == 1
 
 
-@pytest.mark.parametrize("vector", [3, 16, 0, -4])
-def test_a_plan_with_a_width_the_lowering_lacks_is_refused(vector: object) -> None:
+@pytest.mark.parametrize("width", [3, 16, 0, -4])
+def test_a_plan_with_a_width_the_lowering_lacks_is_refused(width: object) -> None:
     with pytest.raises(ValueError, match="wide access"):
-        plan_from_dict(_plan_dict(vector=vector))
+        plan_from_dict(_plan_dict(vector_width=width))
 
 
 def test_a_sequential_plan_has_no_wide_accesses() -> None:
@@ -86,9 +87,9 @@ def test_a_sequential_plan_has_no_wide_accesses() -> None:
     plan = plan_ir(c.stages["scan-plan"].text)
     from dataclasses import asdict
 
-    assert plan.vector == 1
+    assert plan.vector_width == 1
     with pytest.raises(ValueError, match="wide access"):
-        plan_from_dict({**asdict(plan), "vector": 4})
+        plan_from_dict({**asdict(plan), "vector_width": 4})
 
 
 def _problem(C: int, L: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -123,7 +124,7 @@ def test_wide_kernels_on_the_host_match_the_reference(variant: dict[str, Any]) -
     opts = dict(variant)
     strategy = str(opts.pop("strategy", "blelloch"))
     c = ex.compile(AFFINE, target="cpu", strategy=strategy, **SMALL, **opts)
-    assert plan_ir(c.stages["scan-plan"].text).vector > 1
+    assert plan_ir(c.stages["scan-plan"].text).vector_width > 1
     dtype = opts.get("dtype", "float32")
     out_dtype = opts.get("out_dtype", dtype)
     for i, L in enumerate(LENGTHS):

@@ -1,4 +1,4 @@
-// Wide tile accesses (scan.thread {vector = 4}, the float32 default): each thread loads 4
+// Wide tile accesses (scan.thread {vector_width = 4}, the float32 default): each thread loads 4
 // consecutive elements of a stream with one vector.load aligned to 16 bytes, after a check of
 // the buffers' alignment (their addresses) and of the tile; the outputs leave the stage by one
 // vector.store of 4.

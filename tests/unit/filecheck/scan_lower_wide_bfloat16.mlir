@@ -1,4 +1,4 @@
-// Wide tile accesses of 16-bit buffers (vector = 8, 16 bytes): the lowering's vector<8xf32>
+// Wide tile accesses of 16-bit buffers (vector_width = 8, 16 bytes): the lowering's vector<8xf32>
 // accesses become vector<8xbf16> ones (their claimed alignment halved with the element: 16
 // bytes), extended (arith.extf) or rounded (arith.truncf) as vectors.
 // RUN: scan-lower  recurrence="h[t] = a[t] * h[t-1] + b[t]" strategy=blelloch block_size=32 dtype=bfloat16 grid=lookback
