@@ -53,9 +53,10 @@ def compile(rec: Recurrence | str, target: str = "cuda", strategy: str = "blello
     """Compile a recurrence (or its text) for ``target`` with the scan ``strategy``.
 
     Options: ``block_size`` (power of two), ``elements_per_thread`` (power of two), ``chip``
-    (``sm_80``, ``sm_90``, ...), ``dtype`` ('float32').  Raises :class:`RecurrenceError` for bad
-    text, :class:`OptionError` for bad options (before any compile), :class:`CompileError` when a
-    pass fails.
+    (``sm_80``, ``sm_90``, ...), ``dtype`` ('float32'), ``vector_width`` (elements a thread of a
+    tree plan loads and stores at once: ``"auto"``, 16 bytes; ``1`` off).  Raises
+    :class:`RecurrenceError` for bad text, :class:`OptionError` for bad options (before any
+    compile), :class:`CompileError` when a pass fails.
     """
     from explorer.codegen.options import validate
 
@@ -151,11 +152,23 @@ def _plan_text(plan: Any) -> str:
         f"{E} elements):\n"
         f"  1. scan.thread: each thread composes its {E} consecutive elements sequentially in "
         f"registers ({E - 1} combines)\n"
+        + _wide_text(plan) +
         f"  2. scan.block: the {tree} tree over the {B} thread aggregates in shared memory, "
         f"{len(plan.sweeps)} sweeps, a barrier after each\n"
         f"  3. each thread applies the prefix of the threads before it ({prefix}) to its {E} "
         "elements\n"
         + _grid_text(plan))
+
+
+def _wide_text(plan: Any) -> str:
+    """How the tile moves between memory and the stage (``scan.thread``'s vector_width)."""
+    V = plan.vector_width
+    if V <= 1:
+        return ("     the tile is loaded and stored one element an access (vector_width=1)\n")
+    return (f"     the tile is loaded and its outputs stored {V} consecutive elements a thread "
+            "at once (one vector access), where the rows and the tile start are aligned to "
+            f"{V} elements and the tile is whole; element by element otherwise "
+            "(vector_width=1 switches it off)\n")
 
 
 def _grid_text(plan: Any) -> str:

@@ -198,7 +198,7 @@ def options_for(options: Options, plan: Any) -> Options:
     return replace(options, strategy=plan.tree, block_size=plan.threads, outputs=plan.stored,
                    varlen=plan.segments,
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
-                   reverse=reverse, grid=plan.grid.scheme,
+                   reverse=reverse, grid=plan.grid.scheme, vector_width=plan.vector_width,
                    lookback_tiles=(plan.lookback.tiles_per_lane if plan.lookback is not None
                                    else options.lookback_tiles))
 

@@ -2,15 +2,27 @@
 in registers (``scan.thread``), then the block tree over the thread aggregates runs sweep by
 sweep as the plan's ``scan.sweep`` ops say (Blelloch up/down-sweep or Kogge-Stone levels), a
 barrier after each; then each thread applies its prefix to its elements.
+
+The tile moves between memory and the block's stage V elements a thread at once
+(``scan.thread {vector_width = V}``): thread ``tid`` holds the positions ``(g * B + tid) * V + j``
+(``g < E / V``, ``j < V``) of the tile, loaded as one ``vector.load`` of V elements per stream
+and group where every stream's row and the tile start are aligned to V elements and the tile
+lies whole in the range, by scalar loads of the same positions otherwise (a check per tile);
+the stage is indexed by position, so the rest of the block does not see which thread loaded
+what. The outputs leave the stage the same way (``vector.store``), or element by element.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
-from mlir.dialects import arith, memref
+from mlir.dialects import arith, memref, vector
 from mlir.ir import (
+    IntegerAttr,
+    IntegerType,
     Value,
+    VectorType,
 )
 
 from explorer.codegen.emit import (
@@ -19,6 +31,7 @@ from explorer.codegen.emit import (
     add_i,
     ceil_div,
     ci,
+    f32,
     lt_i,
     mul_i,
 )
@@ -26,6 +39,7 @@ from explorer.codegen.gen import Gen, Stream
 from explorer.codegen.threads import (
     Threads,
     for_loop,
+    if_else,
     if_then,
     min_i,
     pad,
@@ -58,6 +72,49 @@ def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Elemen
         store(pad(i), combined(i))
         return []
     for_loop(ci(0), ci(th.bs - off), ci(1), body)
+
+
+def _wide_index(s: Stream, p: Value, V: int) -> Value:
+    """The lowest index of the V positions ``p .. p + V - 1`` of stream ``s`` (backwards in
+    time the last position's)."""
+    return s.at(p if s.last is None else add_i(p, ci(V - 1)))
+
+
+def _aligned(streams: Sequence[Stream], p: Value, V: int) -> Value:
+    """Every stream's positions ``p .. p + V - 1`` start on a V-element vector boundary: the
+    index a multiple of V and the buffer aligned to V float32s (a bound for any element size:
+    a 16-bit buffer then also starts on a V * 2-byte boundary)."""
+    ok = None
+    for s in streams:
+        ptr = memref.extract_aligned_pointer_as_index(s.array)
+        bits = arith.andi(arith.ori(ptr, mul_i(_wide_index(s, p, V), ci(4))), ci(4 * V - 1))
+        one = arith.cmpi(arith.CmpIPredicate.eq, bits, ci(0))
+        ok = one if ok is None else arith.andi(ok, one)
+    assert ok is not None
+    return ok
+
+
+def _alignment(V: int) -> IntegerAttr:
+    """The bytes a wide access of V float32s is aligned to (narrowed with the buffer)."""
+    return IntegerAttr.get(IntegerType.get_signless(64), 4 * V)
+
+
+def wide_load(s: Stream, p: Value, V: int) -> Value:
+    """The values of stream ``s`` at positions ``p .. p + V - 1``, in position order: one
+    vector load (kept a vector until it is stored into the stage: LLVM turns a vector load
+    whose users all extract elements back into scalar loads)."""
+    with s.loc or nullcontext():
+        vec = vector.load(VectorType.get([V], f32()), s.array, [_wide_index(s, p, V)],
+                          alignment=_alignment(V))
+        return vec if s.last is None else vector.shuffle(vec, vec, list(range(V))[::-1])
+
+
+def wide_store(s: Stream, p: Value, vals: Sequence[Value]) -> None:
+    """Store ``vals`` at positions ``p .. p + V - 1`` of stream ``s``: one vector store."""
+    V = len(vals)
+    ordered = list(vals) if s.last is None else list(vals)[::-1]
+    vec = vector.from_elements(VectorType.get([V], f32()), ordered)
+    vector.store(vec, s.array, [_wide_index(s, p, V)], alignment=_alignment(V))
 
 
 def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Sequence[Value],
@@ -108,19 +165,50 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     last = arith.subi(end, ci(1))
     total_slot = ci(padded(bs))
 
+    # wide accesses (scan.thread's vector_width): off for the tile the caller loaded (its layout)
+    V = gen.options.vector_elements
+    VL = V if prefetched is None else 1
+    assert E % V == 0, "the plan's vector width divides the thread's elements"
+
+    def slots(tid: Value, W: int) -> list[Value]:
+        """The tile positions thread ``tid`` holds, in the order of its values."""
+        return [add_i(mul_i(add_i(ci(g * bs), tid), ci(W)), ci(j))
+                for g in range(E // W) for j in range(W)]
+
     def load_tile(t0: Value, tid: Value, streams: Sequence[Stream] = ins,
                   last: Value = last) -> list[Value]:
-        vals = []
-        for k in range(E):
-            t = min_i(add_i(t0, add_i(ci(k * bs), tid)), last)
-            vals += [s.load(t) for s in streams]
-        return vals
+        """The tile's values that thread ``tid`` holds: per slot, one per stream (V = 1), or
+        per group of V slots one vector<V x f32> per stream."""
+        def scalar() -> list[Value]:
+            vals = []
+            for p in slots(tid, VL):
+                t = min_i(add_i(t0, p), last)
+                vals += [s.load(t) for s in streams]
+            if VL == 1:
+                return vals
+            n = len(streams)
+            return [vector.from_elements(VectorType.get([VL], f32()),
+                                         [vals[(g * VL + j) * n + q] for j in range(VL)])
+                    for g in range(E // VL) for q in range(n)]
+        if VL == 1 or not streams:
+            return scalar()
+
+        def wide() -> list[Value]:
+            return [wide_load(s, add_i(t0, p), VL) for p in slots(tid, VL)[::VL]
+                    for s in streams]
+        whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), add_i(last, ci(1)))
+        ok = arith.andi(whole, _aligned(streams, t0, VL))
+        types = [VectorType.get([VL], f32())] * (E // VL * len(streams))
+        return if_else(ok, types, wide, scalar)
 
     def put_tile(tid: Value, vals: list[Value]) -> None:
-        for k in range(E):
-            i = pad(add_i(ci(k * bs), tid))
+        for k, p in enumerate(slots(tid, VL)):
+            i = pad(p)
+            g, j = divmod(k, VL)
             for q in range(nin):
-                memref.store(vals[k * nin + q], stage[q], [i])
+                v = (vals[k * nin + q] if VL == 1 else
+                     vector.extract(vals[g * nin + q], [], [j]))
+                memref.store(v, stage[q], [i])
 
     def agg_load(i: Value) -> Element:
         return alg.pack([memref.load(b, [i]) for b in aggbuf])
@@ -258,7 +346,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         if not outs:
             return alg.apply(total, carry) + nxt
 
-        def write(tid: Value) -> None:
+        def scalar_write(tid: Value) -> None:
             for k in range(E):
                 i = add_i(ci(k * bs), tid)
                 t = add_i(t0, i)
@@ -267,6 +355,28 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                     for q, s in enumerate(outs):
                         memref.store(memref.load(stage[q], [pad(i)]), s.array, [s.at(t)])
                 if_then(lt_i(t, end), put)
+
+        def wide_write(tid: Value) -> None:
+            for p in slots(tid, V)[::V]:
+                for q, s in enumerate(outs):
+                    wide_store(s, add_i(t0, p), [memref.load(stage[q], [pad(add_i(p, ci(j)))])
+                                                 for j in range(V)])
+
+        def write(tid: Value) -> None:
+            if V == 1:
+                scalar_write(tid)
+                return
+            whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
+            ok = arith.andi(whole, _aligned(outs, t0, V))
+
+            def wide() -> list[Value]:
+                wide_write(tid)
+                return []
+
+            def scalar() -> list[Value]:
+                scalar_write(tid)
+                return []
+            if_else(ok, [], wide, scalar)
         th.each(write)
         return alg.apply(total, carry) + nxt
 

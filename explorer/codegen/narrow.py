@@ -9,7 +9,12 @@ launcher, or the CPU target's grid functions and entry), and each access to it:
 
 * a load becomes a 16-bit load and ``arith.extf`` to f32 (exact: every bf16/f16 value is an
   f32 value), so the arithmetic and the accumulation stay in float32;
-* a store becomes ``arith.truncf`` (round to nearest even) and a 16-bit store.
+* a store becomes ``arith.truncf`` (round to nearest even) and a 16-bit store;
+* a wide access (``vector.load``/``vector.store`` of V elements, the tiles of a tree plan)
+  becomes one of V 16-bit elements, extended or rounded as a vector; the alignment it claims
+  (that of V float32s, which the kernel checked) is halved with the element: still true;
+* ``memref.extract_aligned_pointer_as_index`` (the kernel's alignment check) reads the pointer
+  alone and is kept.
 
 A buffer reaches its accesses directly or through ``memref.reinterpret_cast`` (the CUDA bare
 pointer viewed as a flat memref); any other use is a lowering this pass does not know, and is
@@ -21,17 +26,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mlir.dialects import arith, memref
+from mlir.dialects import arith, memref, vector
 from mlir.ir import (
     BF16Type,
     F16Type,
     F32Type,
     FunctionType,
     InsertionPoint,
+    IntegerType,
     MemRefType,
     Type,
     TypeAttr,
     Value,
+    VectorType,
 )
 
 from explorer.codegen.contract import KERNEL_PREFIX
@@ -124,9 +131,39 @@ def _rewrite_uses(value: Value, elem: Type, name: str) -> int:
                 memref.store(rounded, op.operands[1], list(op.operands[2:]))
             op.erase()
             changed += 1
+        elif kind == "vector.load" and use.operand_number == 0:
+            v = VectorType(op.results[0].type).shape[0]
+            with InsertionPoint(op), op.location:
+                narrow = vector.load(VectorType.get([v], elem), op.operands[0],
+                                     list(op.operands[1:]), alignment=_halved(op))
+                wide = arith.extf(VectorType.get([v], F32Type.get()), narrow)
+            op.results[0].replace_all_uses_with(wide)
+            op.erase()
+            changed += 1
+        elif kind == "vector.store" and use.operand_number == 1:
+            v = VectorType(op.operands[0].type).shape[0]
+            with InsertionPoint(op), op.location:
+                rounded = arith.truncf(VectorType.get([v], elem), op.operands[0])
+                vector.store(rounded, op.operands[1], list(op.operands[2:]),
+                             alignment=_halved(op))
+            op.erase()
+            changed += 1
+        elif kind == "memref.extract_aligned_pointer_as_index":
+            continue   # the address alone: the same for any element type
         elif kind in ("func.call", "gpu.launch_func"):
             continue   # passed on whole: the callee's parameter is retyped alike
         else:
             raise CompileError(f"{name!r} is used by {kind}, which 16-bit buffers do not "
                                "support yet (only loads, stores and reinterpret_cast)")
     return changed
+
+
+def _halved(op: Any) -> Any:
+    """The alignment a wide access of 16-bit elements may claim: half that of the float32
+    access it replaces (None where it claimed none)."""
+    from mlir.ir import IntegerAttr
+
+    if "alignment" not in op.attributes:
+        return None
+    old = IntegerAttr(op.attributes["alignment"]).value
+    return IntegerAttr.get(IntegerType.get_signless(64), max(2, old // 2))

@@ -41,6 +41,10 @@ CHIP_PTX = {
     "sm_120": 87, "sm_120a": 87, "sm_121": 88, "sm_121a": 88,
 }
 
+#: the widest tile access (``vector_width``) in elements: 8 float32 workspace elements are 32
+#: bytes, two 16-byte accesses on NVIDIA GPUs
+VECTOR_MAX = 8
+
 # Static shared memory a kernel may declare without opting in to more (CUDA's 48 KiB).
 STATIC_SHARED_LIMIT = 48 * 1024
 # Dynamic shared memory a block may use after opting in (sm_80 and later: 227 KiB on sm_90).
@@ -79,6 +83,19 @@ class Options:
     #: the dtype of the stored outputs: None for ``dtype`` itself, or one of OUT_DTYPES
     #: (``"float32"`` with 16-bit inputs: the float32 results, not rounded to 16 bits)
     out_dtype: str | None = None
+    #: elements a thread of a tree plan loads (and stores) at once from a tile, one vector
+    #: access of up to 16 bytes (``vector<4xf32>``, ``vector<8xbf16>``), where the row and the
+    #: tile start are aligned to it and the tile lies whole in the range (a check per tile, the
+    #: scalar loads otherwise): ``"auto"`` 16 bytes of the input dtype (4 float32 elements, 8
+    #: of 16 bits, at most ``elements_per_thread``), ``1`` off (one element a load)
+    vector_width: int | str = "auto"
+
+    @property
+    def vector_elements(self) -> int:
+        """``vector_width`` resolved: the elements of one wide access (1: scalar accesses)."""
+        if self.vector_width == "auto":
+            return min(16 // (4 if self.dtype == "float32" else 2), self.elements_per_thread)
+        return int(self.vector_width)
 
     @property
     def output_dtype(self) -> str:
@@ -124,7 +141,8 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if target not in TARGETS:
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
-             "reverse", "grid", "lookback_tiles", "outputs", "out_dtype", "varlen"}
+             "reverse", "grid", "lookback_tiles", "outputs", "out_dtype", "varlen",
+             "vector_width"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -166,11 +184,17 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     varlen = options.get("varlen", defaults.varlen)
     if not isinstance(varlen, bool):
         raise OptionError(f"varlen must be True or False, got {varlen!r}")
+    vector_width = options.get("vector_width", defaults.vector_width)
+    if vector_width != "auto":
+        vector_width = _power_of_two(vector_width, "vector_width (or 'auto')", 1, VECTOR_MAX)
+        if vector_width > ept:
+            raise OptionError(f"vector_width {vector_width} is more than elements_per_thread "
+                              f"{ept}: a thread loads its tile's elements in whole vectors")
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
                    lookback_tiles=lookback_tiles, outputs=outputs, out_dtype=out_dtype,
-                   varlen=varlen)
+                   varlen=varlen, vector_width=vector_width)
 
 
 def _outputs(value: object) -> str | tuple[str, ...]:

@@ -108,6 +108,8 @@ def cpu_steps(options: Options) -> list[Step]:
         Step("lower-affine", top("lower-affine")),
         Step("convert-math-to-llvm", top("convert-math-to-llvm")),
         Step("convert-math-to-libm", top("convert-math-to-libm")),
+        # the wide tile accesses of tree plans (vector.load / vector.store)
+        Step("convert-vector-to-llvm", top("convert-vector-to-llvm")),
         Step("finalize-memref-to-llvm", top("finalize-memref-to-llvm"), rewrites=True),
         Step("convert-arith-to-llvm", top("convert-arith-to-llvm"), rewrites=True),
         Step("convert-index-to-llvm", top("convert-index-to-llvm"), rewrites=True),

@@ -10,13 +10,13 @@ step, and the last of them replaces them by ``gpu``/``scf``/``memref`` code:
 * after ``scan-decompose``: ``scan.affine`` (the scan's element ``(A_t, b_t)``: form, state
   dimension, the coefficients) and one ``scan.readout`` per readout;
 * after ``scan-plan``: the plan, from the innermost level out: ``scan.thread`` (elements composed
-  serially in registers), ``scan.block`` (threads of a block and the tree over their
-  aggregates), one ``scan.sweep`` per level of that tree (phase, stride, active threads: a
-  barrier between sweeps), ``scan.grid`` (how a sequence is spread over blocks),
-  ``scan.store`` (the outputs the kernels write) and, for a vector state with readouts,
-  ``scan.lane_sum`` (where the sums over the lanes are computed), and with ``varlen=True``
-  ``scan.segments`` (sequences packed along time, the state restarted at each start). The
-  lowering reads these ops, so the tree drawn from them is the tree the kernels run.
+  serially in registers, and moved a vector of them at a time), ``scan.block`` (threads of a
+  block and the tree over their aggregates), one ``scan.sweep`` per level of that tree (phase,
+  stride, active threads: a barrier between sweeps), ``scan.grid`` (how a sequence is spread
+  over blocks), ``scan.store`` (the outputs the kernels write) and, for a vector state with
+  readouts, ``scan.lane_sum`` (where the sums over the lanes are computed), and with
+  ``varlen=True`` ``scan.segments`` (sequences packed along time, the state restarted at each
+  start). The lowering reads these ops, so the tree drawn from them is the tree the kernels run.
 
 Every op takes no operands and produces no results; its attributes are its meaning. (IRDL ops
 cannot be terminators, so the dialect has no regions: order in the module is program order.)
@@ -33,7 +33,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "statement": ("target", "kind", "source"),
     "affine": ("form", "dim", "width", "components", "A", "b"),
     "readout": ("target", "expr", "lane_sum"),
-    "thread": ("elements",),
+    "thread": ("elements", "vector_width"),
     "block": ("threads", "tree"),
     "sweep": ("phase", "stride", "active"),
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),

@@ -2,8 +2,11 @@
 
 The plan says how the scan maps onto the machine, from the innermost level out:
 
-* ``scan.thread {elements = E}``: each thread composes E consecutive elements serially in
-  registers (E - 1 combines);
+* ``scan.thread {elements = E, vector_width = V}``: each thread composes E consecutive elements
+  serially in registers (E - 1 combines); the tile reaches the block's stage (and the outputs
+  leave it) V consecutive elements a thread at once, one vector access (``vector<4xf32>``: 16
+  bytes), where the rows and the tile start are aligned to V elements and the tile is whole (a
+  check per tile; the scalar accesses otherwise); V = 1: one element an access;
 * ``scan.block {threads = B, tree = ...}``: B threads, and the tree that scans their B aggregates
   in shared memory, spelled out as one ``scan.sweep {phase, stride, active}`` per level (a
   barrier after each): ``blelloch`` is an up-sweep (strides 1 .. B/2; the last level also sets
@@ -26,11 +29,10 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   that nobody asked for is never written; ``<state>_last`` (``h_last``) is the state after the
   last step of each sequence, written once per sequence by whichever thread computes it (the
   state history itself is not stored unless asked for);
-* ``scan.segments {argument, reset = "leaf"}`` (``varlen=True``): sequences of different lengths
-  packed along time; the kernels read ``argument`` (per step: the sequence and whether it starts
-  or ends there) and restart the state at each sequence start by rewriting the leaf element
-  there, ``(A_t, b_t) -> (0, A_t h0 + b_t)`` with ``h0`` that sequence's initial state: a
-  segmented scan that every tree, grid and the sequential walk run unchanged;
+* ``scan.segments {argument, reset = "leaf"}`` (``varlen=True``): sequences packed along time;
+  the kernels read ``argument`` (per step: the sequence, whether it starts or ends there) and
+  restart the state at each start by rewriting the leaf, ``(A_t, b_t) -> (0, A_t h0 + b_t)``
+  (``h0``: that sequence's initial state): a segmented scan every tree and grid runs unchanged;
 * ``scan.lane_sum {readouts, scheme}`` (a vector state whose readouts are stored): where the
   readouts' sums over the lanes ``n`` are computed. ``lanes-in-block`` (sequential plans): the
   N lanes of a channel are consecutive threads of one block (``floor(B / N)`` channels a block,
@@ -133,6 +135,7 @@ class Plan:
     stored: tuple[str, ...] = ()       # the outputs the kernels write (scan.store)
     lane_sum: LaneSum | None = None    # a vector state's readouts (scan.lane_sum)
     segments: bool = False             # packed variable-length sequences (scan.segments)
+    vector_width: int = 1         # elements of one wide tile access (scan.thread; 1: scalar)
 
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
@@ -252,7 +255,8 @@ def choose_plan(form: Any, options: Any) -> Plan:
                     sweeps_of(o.strategy, o.block_size), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles)
                               if grid.scheme == "lookback" else None),
-                    stored=stored, lane_sum=lane_sum, segments=o.varlen)
+                    stored=stored, lane_sum=lane_sum, segments=o.varlen,
+                    vector_width=o.vector_elements)
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
@@ -309,7 +313,8 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
     from explorer.codegen.threads import WARP
 
     if plan.tree in TREES:
-        scan.create("thread", {"elements": plan.elements})
+        scan.create("thread", {"elements": plan.elements,
+                                 "vector_width": plan.vector_width})
     else:
         scan.create("warp_tile", {"sequences": WARP, "steps": plan.tile_steps})
     scan.create("block", {"threads": plan.threads, "tree": plan.tree})
@@ -362,7 +367,7 @@ def plan_from_dict(raw: Any) -> Plan:
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
                 _lookback_from(raw.get("lookback")),
                 tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")),
-                bool(raw.get("segments", False)))
+                bool(raw.get("segments", False)), int(raw.get("vector_width", 1)))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -378,6 +383,7 @@ def plan_from_dict(raw: Any) -> Plan:
         raise ValueError(f"unknown grid {plan.grid.scheme!r} for a sequential plan")
     _check_lookback(plan)
     _check_lane_sum(plan)
+    _check_vector(plan)
     if plan.grid.direction not in ("forward", "reverse"):
         raise ValueError(f"unknown direction {plan.grid.direction!r}")
     return plan
@@ -417,10 +423,25 @@ def read_plan(module_op: Any) -> Plan:
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
                 lookback=_lookback_from(look), stored=tuple(store["outputs"]),
-                lane_sum=_lane_sum_from(lane_sum), segments=segments is not None)
+                lane_sum=_lane_sum_from(lane_sum), segments=segments is not None,
+                vector_width=thread["vector_width"] if thread else 1)
     _check_lookback(plan)
     _check_lane_sum(plan)
+    _check_vector(plan)
     return plan
+
+
+def _check_vector(plan: Plan) -> None:
+    """A wide access the lowering implements: a power of two up to VECTOR_MAX elements that
+    divides the thread's elements (1 for a sequential plan)."""
+    from explorer.codegen.options import VECTOR_MAX
+
+    v = plan.vector_width
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1) or (
+            v > VECTOR_MAX or plan.elements % v or (plan.tree not in TREES and v != 1)):
+        raise ValueError(f"a wide access of {v!r} elements is not one the lowering implements "
+                         f"for {plan.elements} elements a thread (a power of two up to "
+                         f"{VECTOR_MAX} that divides them; 1 for a sequential plan)")
 
 
 def _lane_sum_from(raw: Any) -> LaneSum | None:

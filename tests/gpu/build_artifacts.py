@@ -30,6 +30,10 @@ What is built:
   ``y``, with their own ``varlen/index.json`` (``test_varlen_gpu``; the other tests do not see
   them). ``--varlen-only`` builds these alone.
 
+- ``wide/<name>``: tree plans with wide tile accesses (``vector_width``) and the same plans
+  with scalar ones (``-v1``), float32 and 16-bit, each grid and direction, for
+  ``test_wide_gpu.py``; listed under ``wide`` in the index.
+
 ``index.json`` lists what was built and what failed to compile (with the error), so the tests
 report compile failures instead of silently testing less.
 """
@@ -230,6 +234,48 @@ def build_varlen(out: Path) -> int:
     return len(failed)
 
 
+#: the wide-access variants: (name, preset, strategy, options); each with ``vector_width``
+#: "auto" and with 1 (``-v1``): the same arithmetic, so their outputs agree to the bit
+WIDE_VARIANTS = [
+    *((f"affine-{d}", "affine scan", "blelloch", {"dtype": d})
+      for d in ("float32", "bfloat16", "float16")),
+    ("affine-float32-chunked", "affine scan", "blelloch", {"grid": "chunked"}),
+    ("affine-float32-reverse", "affine scan", "blelloch", {"reverse": True}),
+    ("affine-float32-kogge", "affine scan", "kogge_stone", {}),
+    ("affine-bfloat16-out32", "affine scan", "blelloch", {"dtype": "bfloat16",
+                                                          "out_dtype": "float32"}),
+    ("selective-float32", "selective scan", "blelloch", {}),
+    *((f"affine-{d}-e16", "affine scan", "blelloch", {"dtype": d, "elements_per_thread": 16})
+      for d in ("float32", "bfloat16", "float16")),
+]
+
+
+def build_wide(out: Path) -> tuple[dict[str, object], dict[str, str]]:
+    """The wide-access artifacts (:data:`WIDE_VARIANTS`) in ``out/wide``."""
+    try:
+        import explorer
+        from explorer.presets import PRESETS
+    except Exception as err:  # no compiler here
+        return {}, {"wide": f"explorer.compile unavailable: {type(err).__name__}: {err}"}
+    built: dict[str, object] = {}
+    failed: dict[str, str] = {}
+    for base, preset, strategy, options in WIDE_VARIANTS:
+        for suffix, width in (("", "auto"), ("-v1", 1)):
+            name = base + suffix
+            opts = {**options, "vector_width": width}
+            try:
+                compiled = explorer.compile(PRESETS[preset], target="cuda", strategy=strategy,
+                                            **opts)
+                compiled.save(out / "wide" / name)
+                built[name] = {"recurrence": PRESETS[preset], "strategy": strategy,
+                               "options": opts, "vector": bool(compiled.form.vector),
+                               "outputs": list(compiled.outputs), "scalar_twin": base + "-v1"}
+            except Exception as err:
+                failed[f"wide/{name}"] = f"{type(err).__name__}: {err}"
+                traceback.print_exc()
+    return built, failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
@@ -240,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="build the 16-bit artifacts alone (narrow/)")
     parser.add_argument("--varlen-only", action="store_true",
                         help="build the varlen artifacts alone (into OUT/varlen)")
+    parser.add_argument("--wide-only", action="store_true",
+                        help="build the wide-access artifacts alone (wide/)")
     args = parser.parse_args(argv)
     out: Path = args.out
     if args.varlen_only:
@@ -252,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: dict[str, str] = {}
     abi: dict[str, object] = {}
     compiled: dict[str, object] = {}
-    if not args.narrow_only:
+    if not args.narrow_only and not args.wide_only:
         abi = build_abi(out, args.chip)
         if "error" in abi:
             failed["abi"] = str(abi.pop("error"))
@@ -261,12 +309,19 @@ def main(argv: list[str] | None = None) -> int:
         failed.update(failed_c)
         if not failed_c.get("*") and build_varlen(out / "varlen"):
             failed["varlen"] = "see varlen/index.json"
-    narrow, failed_n = build_narrow(out)
-    failed.update(failed_n)
-    index = {"artifacts": {**abi, **compiled}, "narrow": narrow, "failed": failed,
-             "chip": args.chip}
+    narrow: dict[str, object] = {}
+    if not args.wide_only:
+        narrow, failed_n = build_narrow(out)
+        failed.update(failed_n)
+    wide: dict[str, object] = {}
+    if not args.narrow_only:
+        wide, failed_w = build_wide(out)
+        failed.update(failed_w)
+    index = {"artifacts": {**abi, **compiled}, "narrow": narrow, "wide": wide,
+             "failed": failed, "chip": args.chip}
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
-    print(f"{len(index['artifacts'])} artifacts and {len(narrow)} 16-bit ones in {out}; "
+    print(f"{len(index['artifacts'])} artifacts, {len(narrow)} 16-bit and {len(wide)} wide "
+          f"ones in {out}; "
           f"{len(failed)} failed"
           + "".join(f"\n  {k}: {v.splitlines()[0]}" for k, v in failed.items()))
     return 0 if not failed else 1

@@ -107,8 +107,10 @@ def test_locations_reach_the_ops_and_the_ptx() -> None:
     lines = c.term_lines()
     assert set(lines[x_term]) >= {"scan-lower", "ptx"}
     lowered = c.stages["scan-lower"].text.splitlines()
-    assert all("memref.load" in lowered[i] or "arith." in lowered[i]
+    # its loads: scalar, or a tile's wide loads (scan.thread {vector})
+    assert all(any(op in lowered[i] for op in ("memref.load", "vector.load", "arith."))
                for i in lines[x_term]["scan-lower"])
+    assert any("vector.load" in lowered[i] for i in lines[x_term]["scan-lower"])
     assert any("memref.load" in lowered[i] for i in lines[x_term]["scan-lower"])
     ptx = c.ptx.splitlines()
     assert any("ld.global" in ptx[i] for i in lines[x_term]["ptx"])

@@ -1,7 +1,7 @@
 // The single-pass look-back grid of a tree: chunks of one tile (or the whole sequence from a
 // tenth of the block slots in sequences, as the chunked grid).
 // RUN: scan-plan  recurrence="h[t] = a[t] * h[t-1] + b[t]" strategy=kogge_stone block_size=64 elements_per_thread=8 grid=lookback
-// CHECK: "scan.thread"() {elements = 8 : i64}
+// CHECK: "scan.thread"() {elements = 8 : i64, vector_width = 4 : i64}
 // CHECK-NEXT: "scan.block"() {threads = 64 : i64, tree = "kogge_stone"}
 // CHECK-COUNT-6: "scan.sweep"() {{{.*}}phase = "scan"
 // CHECK-NEXT: "scan.grid"() {direction = "forward", fill = {{.*}}, min_tiles = 1 : i64, scheme = "lookback", tile = 512 : i64, unchunked_from = 1.000000e-01 : f64}
