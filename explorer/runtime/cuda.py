@@ -285,6 +285,7 @@ class CudaKernel:
         plan = self._plans.get(key)
         if plan is None:
             require_gpu()
+            assert ptr is not None   # a key is made only with torch's stream
             plan = build_plan(self, tensors, L, time_chunk, ptr)
             self._plans.put(key, plan)
         return run_plan(self, plan, tensors)

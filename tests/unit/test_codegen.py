@@ -7,6 +7,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -325,6 +326,15 @@ def test_cpu_pipeline() -> None:
     assert "define void @scanweaver_sequential(" in lowered.llvm_ir
 
 
+def _few_spills(ptx: str, name: str, info: dict[str, Any]) -> None:
+    """No spills, except in a kernel that asks ptxas for occupancy (``.minnctapersm``: the lane
+    loop, the look-back), which trades a few for it (measured faster): bounded there."""
+    start = ptx.index(f".entry {name}(")
+    asks = ".minnctapersm" in ptx[start:ptx.index("{", start)]
+    limit = 128 if asks else 0
+    assert info["spills_stores"] <= limit and info["spills_loads"] <= limit, (name, info)
+
+
 @needs_ptxas
 @pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
 @pytest.mark.parametrize("text", [SCALAR, MAMBA, COMPANION])
@@ -336,7 +346,7 @@ def test_ptxas_accepts(text: str, strategy: str) -> None:
     assert info is not None
     assert info["kernel"] == f"scanweaver_{strategy}"
     assert 0 < info["registers"] <= 255
-    assert info["spills_stores"] == 0 and info["spills_loads"] == 0
+    _few_spills(lowered.ptx, info["kernel"], info)
     if strategy == "blelloch":
         width = 2 if text != COMPANION else 6     # companion: 4 matrix entries + 2 of b
         # Mamba: dt, B, x and C staged (C for the lane sum), a row of the tile for its terms
@@ -349,7 +359,7 @@ def test_ptxas_accepts(text: str, strategy: str) -> None:
     report = ptxas_report(lowered.ptx, o.chip)
     assert report is not None and len(report) >= 1
     for name, kernel in report.items():   # every kernel, not only the main one
-        assert kernel["spills_stores"] == 0 and kernel["spills_loads"] == 0, name
+        _few_spills(lowered.ptx, name, kernel)
     assert sass(lowered.ptx, o.chip) is None or "scanweaver" in str(sass(lowered.ptx, o.chip))
 
 
