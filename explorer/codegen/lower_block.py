@@ -346,28 +346,30 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         if not outs:
             return alg.apply(total, carry) + nxt
 
+        # A thread writes out the stage positions it loaded (slots(tid, VL)), wide or not: on
+        # the GPU the next tile goes into the stage with no barrier after this, each thread
+        # overwriting its own positions only, which it has read by then
         def scalar_write(tid: Value) -> None:
-            for k in range(E):
-                i = add_i(ci(k * bs), tid)
-                t = add_i(t0, i)
+            for p in slots(tid, VL):
+                t = add_i(t0, p)
 
-                def put(i: Value = i, t: Value = t) -> None:
+                def put(p: Value = p, t: Value = t) -> None:
                     for q, s in enumerate(outs):
-                        memref.store(memref.load(stage[q], [pad(i)]), s.array, [s.at(t)])
+                        memref.store(memref.load(stage[q], [pad(p)]), s.array, [s.at(t)])
                 if_then(lt_i(t, end), put)
 
         def wide_write(tid: Value) -> None:
-            for p in slots(tid, V)[::V]:
+            for p in slots(tid, VL)[::VL]:
                 for q, s in enumerate(outs):
                     wide_store(s, add_i(t0, p), [memref.load(stage[q], [pad(add_i(p, ci(j)))])
-                                                 for j in range(V)])
+                                                 for j in range(VL)])
 
         def write(tid: Value) -> None:
-            if V == 1:
+            if VL == 1:
                 scalar_write(tid)
                 return
             whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
-            ok = arith.andi(whole, _aligned(outs, t0, V))
+            ok = arith.andi(whole, _aligned(outs, t0, VL))
 
             def wide() -> list[Value]:
                 wide_write(tid)
