@@ -40,7 +40,9 @@ def test_a_term_marks_its_ops_after_an_upstream_pass(selective: Any) -> None:
     ops = [ir[i].strip() for i in lines]
     assert all(_OP.match(op) for op in ops), [op for op in ops if not _OP.match(op)][:3]
     loads = [op for op in ops if "llvm.load" in op]
-    assert loads and all(op.endswith(": !llvm.ptr -> f32") for op in loads)
+    # scalar loads, and the wide tile loads (vector_width): 4 floats at once
+    assert loads and all(re.search(r": !llvm.ptr -> (f32|vector<4xf32>)$", op) for op in loads)
+    assert any(op.endswith("vector<4xf32>") for op in loads)
     assert not [op for op in ops if re.search(r"\b(memref|gpu)\.", op)]  # lowered by then
     # dt[t] (1:15) has loads of its own: a term marks its ops, not every load
     dt = set(record["locations"]["1:15"]["convert-gpu-to-nvvm"])
