@@ -39,9 +39,7 @@ from explorer.runtime.artifact import (
     ArgInfo,
     Artifact,
     KernelInfo,
-    Machine,
     load_artifact,
-    size_values,
 )
 from explorer.runtime.contract import check_lanes
 from explorer.runtime.cuda_device import (  # noqa: F401 - the device API is this module's too
@@ -59,7 +57,11 @@ from explorer.runtime.cuda_device import (  # noqa: F401 - the device API is thi
     gpu_unavailable_reason,
     require_gpu,
 )
-from explorer.runtime.cuda_modules import _module, device_machine
+from explorer.runtime.cuda_modules import (  # noqa: F401 - device_machine is this module's too
+    _module,
+    call_sizes,
+    device_machine,
+)
 from explorer.runtime.cuda_plan import PlanCache, build_plan, run_plan, signature
 from explorer.runtime.dtypes import NARROW, narrow_result, storage
 from explorer.runtime.segments import (
@@ -372,13 +374,7 @@ class CudaKernel:
                      sequences=sequences)
         if C * N == 0 or L == 0:
             return run  # nothing to compute: empty outputs, no launch
-        per_call = any(k.chunked_per_call for k in self.artifact.kernels)
-        if time_chunk is not None and (not per_call or int(time_chunk) < 1):
-            raise LaunchError(f"time_chunk={time_chunk!r}: the kernels take no chunk length "
-                              "per call" if not per_call else "time_chunk must be positive")
-        machine = device_machine(self.artifact) if per_call and time_chunk is None \
-            else Machine(1, 1)
-        values = size_values(self.artifact.kernels[0].args, C, N, L, machine, time_chunk)
+        values = call_sizes(self.artifact, C, N, L, time_chunk)
         run.sizes = values
         sizes = {name: np.int64(v) for name, v in values.items()}
         workspaces: dict[str, Any] = {}

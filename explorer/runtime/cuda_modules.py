@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from explorer.errors import LaunchError
-from explorer.runtime.artifact import Artifact, KernelInfo, Machine
+from explorer.runtime.artifact import Artifact, KernelInfo, Machine, size_values
 from explorer.runtime.cuda_device import _cupy
 
 _MODULES: dict[tuple[str, str, int], Any] = {}
@@ -68,3 +68,16 @@ def device_machine(artifact: Artifact) -> Machine:
     machine = Machine(sms=max(1, sms), blocks_per_sm=min(per_sm) if per_sm else 1)
     _MACHINES[key] = machine
     return machine
+
+
+def call_sizes(artifact: Artifact, C: int, N: int, L: int,
+               time_chunk: int | None = None) -> dict[str, int]:
+    """The size arguments of one call (``time_chunk``: forced instead of chosen for the current
+    device); LaunchError where the kernels take no chunk length per call, or a forced one is
+    not positive."""
+    per_call = any(k.chunked_per_call for k in artifact.kernels)
+    if time_chunk is not None and (not per_call or int(time_chunk) < 1):
+        raise LaunchError(f"time_chunk={time_chunk!r}: the kernels take no chunk length "
+                          "per call" if not per_call else "time_chunk must be positive")
+    machine = device_machine(artifact) if per_call and time_chunk is None else Machine(1, 1)
+    return size_values(artifact.kernels[0].args, C, N, L, machine, time_chunk)

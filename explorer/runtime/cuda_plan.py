@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from explorer.runtime.artifact import Machine, size_values
 from explorer.runtime.cuda_device import _cupy, _external_stream
 from explorer.runtime.shapes import ArgSpec, _full_shape, resolve, shared_rows
 
@@ -135,7 +134,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
     import torch
 
     from explorer.runtime.cuda import MAX_GRID_X
-    from explorer.runtime.cuda_modules import _module, device_machine
+    from explorer.runtime.cuda_modules import _module, call_sizes
 
     specs = kernel.check(L=L, **arrays)
     cp = _cupy()
@@ -158,16 +157,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
             plan.outputs[name] = (inner, shown)
         if C * N == 0 or length == 0:
             return plan
-        per_call = any(k.chunked_per_call for k in kernel.artifact.kernels)
-        from explorer.errors import LaunchError
-
-        if time_chunk is not None and (not per_call or int(time_chunk) < 1):
-            raise LaunchError(f"time_chunk={time_chunk!r}: the kernels take no chunk length "
-                              "per call" if not per_call else "time_chunk must be positive")
-        machine = device_machine(kernel.artifact) if per_call and time_chunk is None \
-            else Machine(1, 1)
-        values = size_values(kernel.artifact.kernels[0].args, C, N, length, machine,
-                             time_chunk)
+        values = call_sizes(kernel.artifact, C, N, length, time_chunk)
         index = {lay.name: i for i, lay in enumerate(layouts)}
         out_index = {name: i for i, name in enumerate(plan.outputs)}
         workspaces: dict[str, Any] = {}
