@@ -122,16 +122,18 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     are workspaces."""
     from explorer.passes.plan import grid_scheme, lane_sum_of, last_states, stored_outputs
 
-    segments = False
+    if plan is not None and grid is None:
+        grid = plan.grid
+    # the grid level: the plan's, else what the options resolve to
+    scheme = (grid.scheme if grid is not None else
+              grid_scheme(form, options) if options else "chunked")
     if plan is not None:
-        grid = plan.grid if grid is None else grid
         stored, lane_sum, segments = plan.stored, plan.lane_sum, plan.segments
     else:
         segments = bool(options and options.varlen)
         stored = stored_outputs(form.recurrence, options.outputs if options else "all")
         lane_sum = lane_sum_of(form, stored, options.strategy if options else "sequential",
-                               grid.scheme if grid is not None else
-                               grid_scheme(form, options) if options else "chunked")
+                               scheme)
     lanes = set(form.recurrence.lane_names)
     out: list[dict[str, Any]] = []
     # timed inputs in the compile's dtype, outputs in its output dtype (16-bit ones are
@@ -180,9 +182,7 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     if options is not None and options.strategy != "sequential":
         alg = Algebra(form.A)
         spaces = [(AGGREGATES, alg.width), (CARRIES, alg.S)]
-        lookback = (grid.scheme if grid is not None else grid_scheme(form, options)
-                    ) == "lookback"
-        if lookback:
+        if scheme == "lookback":
             spaces.append((TILE_FLAGS, TILE_SLOT_WORDS))
         for name, per in spaces:
             space = {"name": name, "role": "workspace", "timed": False, "lane": False,
@@ -191,8 +191,7 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
                 space["reset"] = True
             out.append(space)
         out.append({"name": TIME_CHUNK, "role": "size", "timed": False, "lane": False,
-                    "dtype": "int64",
-                    "chunk_rule": chunk_rule(options, grid, grid_scheme(form, options))})
+                    "dtype": "int64", "chunk_rule": chunk_rule(options, grid, scheme)})
     return out
 
 
