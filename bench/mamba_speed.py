@@ -58,18 +58,15 @@ STRATEGIES = ("sequential", "blelloch")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int, int]:
-    parts = [int(eval_pow(p)) for p in text.lower().split("x")]
-    if len(parts) != 4 or min(parts) < 1:
+    from explorer.bench.sweep import parse_count
+
+    try:
+        parts = [parse_count(p) for p in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) != 4:
         raise SystemExit(f"a shape is batch x D x N x L, e.g. 8x1536x16x2048 (got {text!r})")
     return parts[0], parts[1], parts[2], parts[3]
-
-
-def eval_pow(p: str) -> int:
-    """``2^17`` or ``131072``."""
-    if "^" in p:
-        base, exp = p.split("^", 1)
-        return int(base) ** int(exp)
-    return int(p)
 
 
 # -- building here --------------------------------------------------------------------------------

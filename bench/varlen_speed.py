@@ -30,18 +30,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from explorer.bench.sweep import parse_count  # noqa: E402
+
 PRESET = "Mamba selective scan"
 STRATEGIES = ("blelloch", "sequential")
 #: max |y - y_float64| / max |y_float64| on the sampled channels before a method is timed
 CHECK_TOL = 2e-3
-
-
-def eval_pow(p: str) -> int:
-    """``2^17`` or ``131072``."""
-    if "^" in p:
-        base, exp = p.split("^", 1)
-        return int(base) ** int(exp)
-    return int(p)
 
 
 def build(folder: Path, strategies: tuple[str, ...]) -> None:
@@ -173,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--artifacts", type=Path, help="run: the folder --build wrote")
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--sequences", type=int, default=8)
-    p.add_argument("--total", type=eval_pow, default=2**17)
+    p.add_argument("--total", type=parse_count, default=2**17)
     p.add_argument("--channels", type=int, default=1536)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sampled", type=int, default=3, help="channels checked per sequence")
@@ -182,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     args.strategies = tuple(args.strategies.split(","))
-    args.time_chunk = [eval_pow(v) for v in args.time_chunk.split(",") if v]
+    args.time_chunk = [parse_count(v) for v in args.time_chunk.split(",") if v]
     if args.build is not None:
         build(args.build, args.strategies)
         return 0

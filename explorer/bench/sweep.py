@@ -38,13 +38,14 @@ def parse_sizes(text: str | Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         if part.count("x") != 1:
             raise ValueError(f"a size is CxL, e.g. 4096x1024 or 1x2^26; got {part!r}")
         c, n = part.split("x")
-        sizes.append((_int(c), _int(n)))
+        sizes.append((parse_count(c), parse_count(n)))
     if not sizes:
         raise ValueError("no sizes given")
     return sizes
 
 
-def _int(text: str) -> int:
+def parse_count(text: str) -> int:
+    """A positive integer written ``131072``, ``2^17`` or ``2**17``; ValueError otherwise."""
     try:
         if "^" in text:
             base, exp = text.split("^")
