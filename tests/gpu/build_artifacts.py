@@ -48,7 +48,9 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -150,8 +152,7 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
     for preset, text in PRESETS.items():
         readouts = explorer.Recurrence.parse(text).readouts
         for strategy, suffix, options in variants + (stored if readouts else []):
-            name = (f"{re.sub(r'[^a-z0-9]+', '-', preset.lower()).strip('-')}-{strategy}"
-                    f"{suffix}")
+            name = f"{_slug(preset)}-{strategy}{suffix}"
             try:
                 compiled = explorer.compile(text, target="cuda", strategy=strategy, **options)
                 compiled.save(out / name)
@@ -176,30 +177,50 @@ NARROW_VARIANTS = [
 ]
 
 
+def _compile_each(folder: Path, prefix: str,
+                  jobs: Iterable[tuple[str, str, str, dict[str, Any], dict[str, Any]]]
+                  ) -> tuple[dict[str, object], dict[str, str]]:
+    """Compile each job ``(name, recurrence, strategy, options, index fields)`` for CUDA into
+    ``folder/name``: the index entries of what was built, and the errors of what failed (keyed
+    ``prefix + name``)."""
+    import explorer
+
+    built: dict[str, object] = {}
+    failed: dict[str, str] = {}
+    for name, text, strategy, options, extra in jobs:
+        try:
+            compiled = explorer.compile(text, target="cuda", strategy=strategy, **options)
+            compiled.save(folder / name)
+            built[name] = {"recurrence": text, "strategy": strategy,
+                           "vector": bool(compiled.form.vector),
+                           "outputs": list(compiled.outputs), **extra}
+        except Exception as err:
+            failed[prefix + name] = f"{type(err).__name__}: {err}"
+            traceback.print_exc()
+    return built, failed
+
+
+def _slug(preset: str) -> str:
+    """A preset's name in artifact names: ``Mamba selective scan`` -> ``mamba-selective-scan``."""
+    return re.sub(r"[^a-z0-9]+", "-", preset.lower()).strip("-")
+
+
 def build_narrow(out: Path) -> tuple[dict[str, object], dict[str, str]]:
     """The 16-bit artifacts (:data:`NARROW_VARIANTS`) in ``out/narrow``."""
     try:
-        import explorer
         from explorer.presets import PRESETS
     except Exception as err:  # no compiler here
         return {}, {"narrow": f"explorer.compile unavailable: {type(err).__name__}: {err}"}
-    built: dict[str, object] = {}
-    failed: dict[str, str] = {}
-    for preset, strategy, options in NARROW_VARIANTS:
-        text = PRESETS[preset]
-        suffix = "".join(f"-{v}" for k, v in options.items() if k != "out_dtype")
-        suffix += "-out32" if options.get("out_dtype") == "float32" else ""
-        name = f"{re.sub(r'[^a-z0-9]+', '-', preset.lower()).strip('-')}-{strategy}{suffix}"
-        try:
-            compiled = explorer.compile(text, target="cuda", strategy=strategy, **options)
-            compiled.save(out / "narrow" / name)
-            built[name] = {"recurrence": text, "strategy": strategy, "options": options,
-                           "vector": bool(compiled.form.vector),
-                           "outputs": list(compiled.outputs)}
-        except Exception as err:
-            failed[f"narrow/{name}"] = f"{type(err).__name__}: {err}"
-            traceback.print_exc()
-    return built, failed
+
+    def jobs() -> Iterator[tuple[str, str, str, dict[str, Any], dict[str, Any]]]:
+        for preset, strategy, options in NARROW_VARIANTS:
+            suffix = "".join(f"-{v}" for k, v in options.items() if k != "out_dtype")
+            suffix += "-out32" if options.get("out_dtype") == "float32" else ""
+            yield (f"{_slug(preset)}-{strategy}{suffix}", PRESETS[preset], strategy, options,
+                   {"options": options})
+    return _compile_each(out / "narrow", "narrow/", jobs())
+
+
 #: the varlen variants: (preset, outputs) x (strategy, suffix, options)
 VARLEN_PRESETS = {"affine scan": ("h", "h_last"), "selective scan": ("y", "h_last")}
 VARLEN_PLANS = [("sequential", "", {}), ("blelloch", "", {}), ("kogge_stone", "", {}),
@@ -208,26 +229,14 @@ VARLEN_PLANS = [("sequential", "", {}), ("blelloch", "", {}), ("kogge_stone", ""
 
 def build_varlen(out: Path) -> int:
     """The varlen artifacts into ``out`` with their own ``index.json``; the failures' count."""
-    import explorer
     from explorer.presets import PRESETS
 
     out.mkdir(parents=True, exist_ok=True)
-    built: dict[str, object] = {}
-    failed: dict[str, str] = {}
-    for preset, outputs in VARLEN_PRESETS.items():
-        text = PRESETS[preset]
-        for strategy, suffix, options in VARLEN_PLANS:
-            name = f"{preset.replace(' ', '-')}-{strategy}{suffix}"
-            try:
-                compiled = explorer.compile(text, target="cuda", strategy=strategy,
-                                            varlen=True, outputs=outputs, **options)
-                compiled.save(out / name)
-                built[name] = {"recurrence": text, "strategy": strategy,
-                               "vector": bool(compiled.form.vector), "source": "explorer",
-                               "outputs": list(compiled.outputs)}
-            except Exception as err:
-                failed[name] = f"{type(err).__name__}: {err}"
-                traceback.print_exc()
+    built, failed = _compile_each(out, "", (
+        (f"{preset.replace(' ', '-')}-{strategy}{suffix}", PRESETS[preset], strategy,
+         {"varlen": True, "outputs": outputs, **options}, {"source": "explorer"})
+        for preset, outputs in VARLEN_PRESETS.items()
+        for strategy, suffix, options in VARLEN_PLANS))
     (out / "index.json").write_text(json.dumps({"artifacts": built, "failed": failed},
                                                indent=2) + "\n")
     print(f"{len(built)} varlen artifacts in {out}; {len(failed)} failed")
@@ -253,27 +262,17 @@ WIDE_VARIANTS = [
 def build_wide(out: Path) -> tuple[dict[str, object], dict[str, str]]:
     """The wide-access artifacts (:data:`WIDE_VARIANTS`) in ``out/wide``."""
     try:
-        import explorer
         from explorer.presets import PRESETS
     except Exception as err:  # no compiler here
         return {}, {"wide": f"explorer.compile unavailable: {type(err).__name__}: {err}"}
-    built: dict[str, object] = {}
-    failed: dict[str, str] = {}
-    for base, preset, strategy, options in WIDE_VARIANTS:
-        for suffix, width in (("", "auto"), ("-v1", 1)):
-            name = base + suffix
-            opts = {**options, "vector_width": width}
-            try:
-                compiled = explorer.compile(PRESETS[preset], target="cuda", strategy=strategy,
-                                            **opts)
-                compiled.save(out / "wide" / name)
-                built[name] = {"recurrence": PRESETS[preset], "strategy": strategy,
-                               "options": opts, "vector": bool(compiled.form.vector),
-                               "outputs": list(compiled.outputs), "scalar_twin": base + "-v1"}
-            except Exception as err:
-                failed[f"wide/{name}"] = f"{type(err).__name__}: {err}"
-                traceback.print_exc()
-    return built, failed
+
+    def jobs() -> Iterator[tuple[str, str, str, dict[str, Any], dict[str, Any]]]:
+        for base, preset, strategy, options in WIDE_VARIANTS:
+            for suffix, width in (("", "auto"), ("-v1", 1)):
+                opts = {**options, "vector_width": width}
+                yield (base + suffix, PRESETS[preset], strategy, opts,
+                       {"options": opts, "scalar_twin": base + "-v1"})
+    return _compile_each(out / "wide", "wide/", jobs())
 
 
 def main(argv: list[str] | None = None) -> int:
