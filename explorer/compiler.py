@@ -144,17 +144,23 @@ def _plan_text(plan: Any) -> str:
                 "memory, coalesced along time; one thread per sequence walks its row with the "
                 f"state in registers ({B} threads, {B} sequences a block)")
     tree = {"blelloch": "Blelloch (up-sweep, then down-sweep: exclusive prefixes)",
-            "kogge_stone": "Kogge-Stone (log2 B levels: inclusive prefixes)"}[plan.tree]
+            "kogge_stone": "Kogge-Stone (log2 B levels: inclusive prefixes)",
+            "warp_shuffle": "warp-shuffle (Kogge-Stone among a warp's lanes by shuffles, "
+                            "then the warps joined in order)"}[plan.tree]
     prefix = {"blelloch": "its exclusive prefix from the down-sweep",
-              "kogge_stone": "the inclusive prefix of thread i - 1"}[plan.tree]
+              "kogge_stone": "the inclusive prefix of thread i - 1",
+              "warp_shuffle": "lane i - 1's inclusive prefix, shuffled, after the warps "
+                              "before"}[plan.tree]
+    where = ("in registers and, across warps, shared memory: "
+             f"{len(plan.sweeps)} sweeps, one barrier" if plan.tree == "warp_shuffle" else
+             f"in shared memory, {len(plan.sweeps)} sweeps, a barrier after each")
     return (
         f"each block scans one chunk of a sequence in tiles of {B * E} steps ({B} threads x "
         f"{E} elements):\n"
         f"  1. scan.thread: each thread composes its {E} consecutive elements sequentially in "
         f"registers ({E - 1} combines)\n"
         + _wide_text(plan) +
-        f"  2. scan.block: the {tree} tree over the {B} thread aggregates in shared memory, "
-        f"{len(plan.sweeps)} sweeps, a barrier after each\n"
+        f"  2. scan.block: the {tree} tree over the {B} thread aggregates {where}\n"
         f"  3. each thread applies the prefix of the threads before it ({prefix}) to its {E} "
         "elements\n"
         + _grid_text(plan))

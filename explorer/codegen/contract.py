@@ -120,7 +120,8 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     outputs are those the plan stores (without a plan, those ``options`` ask for; all of them
     without options), and the states that a readout kernel reads back but nobody asked for
     are workspaces."""
-    from explorer.passes.plan import grid_scheme, lane_sum_of, last_states, stored_outputs
+    from explorer.passes.outputs import last_states, stored_outputs
+    from explorer.passes.plan import grid_scheme, lane_sum_of
 
     if plan is not None and grid is None:
         grid = plan.grid

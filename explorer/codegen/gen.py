@@ -72,7 +72,7 @@ class ScanIO:
 def scan_io(form: Any, stored: Sequence[str] | None = None, lane_sum: Any = None) -> ScanIO:
     """:class:`ScanIO` of ``form`` for a plan storing ``stored`` (all outputs when None) with
     the lane sum ``lane_sum`` (:class:`explorer.passes.plan.LaneSum` or None)."""
-    from explorer.passes.plan import last_states
+    from explorer.passes.outputs import last_states
 
     rec = form.recurrence
     kept = tuple(form.outputs) if stored is None else tuple(stored)

@@ -238,7 +238,8 @@ def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
 def _check_outputs(form: Any, plan: Any) -> None:
     """The plan's stored outputs and lane sum fit the recurrence being lowered."""
     from explorer.frontend.names import last_name
-    from explorer.passes.plan import lane_sum_of, last_states
+    from explorer.passes.outputs import last_states
+    from explorer.passes.plan import lane_sum_of
 
     rec = form.recurrence
     lasts = {last_name(s) for s in last_states(rec, plan.stored)}

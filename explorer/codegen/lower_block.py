@@ -36,6 +36,7 @@ from explorer.codegen.emit import (
     mul_i,
 )
 from explorer.codegen.gen import Gen, Stream
+from explorer.codegen.lower_warp import padded_slots, warp_tree, warp_tree_host
 from explorer.codegen.threads import (
     Threads,
     for_loop,
@@ -148,9 +149,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     the first tile of ``streams`` over ``[begin, end)`` while it scans (the next scan's
     ``prefetched``), returned after the state. ``single_tile``: the range is at most one tile
     (the look-back kernel's): no loop over tiles, and no loads of a next tile held in
-    registers through the scan. ``on_total(total)``, when given, is called by every thread as
-    soon as the tile's aggregate is known, before the rest of the block tree: after the
-    Blelloch up-sweep (the look-back kernel publishes it there, for the blocks after it).
+    registers through the scan, and the thread's elements are rebuilt from the stage for the
+    last step instead of being held in registers through the tree. ``on_total(total)``, when
+    given, is called by every thread as soon as the tile's aggregate is known, before the rest
+    of the block tree: after the Blelloch up-sweep, or the warp-shuffle tree (the look-back
+    kernel publishes it there, for the blocks after it).
 
     ``element(inputs, t)`` builds the element at scan position ``t`` from its staged inputs.
     ``last_state(t, state)``, when given (``"inclusive"``), is called with the state after every
@@ -161,6 +164,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     T = bs * E
     sweeps = gen.sweeps
     kogge_stone = any(sw.phase == "scan" for sw in sweeps)
+    # warp shuffles: the aggregates stay in registers on the GPU (lower_warp); on the host the
+    # tree leaves inclusive prefixes in shared memory, as Kogge-Stone's does
+    shuffles = any(sw.phase == "shuffle" for sw in sweeps)
+    in_registers = shuffles and th.gpu
+    inclusive = kogge_stone or shuffles
     nin = len(ins)
     last = arith.subi(end, ci(1))
     total_slot = ci(padded(bs))
@@ -217,6 +225,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         for b, v in zip(aggbuf, e.values(), strict=True):
             memref.store(v, b, [i])
 
+    slot_access = padded_slots(agg_load, agg_store)
+
     def staged(p: Value) -> list[Value]:
         return ([memref.load(stage[q], [pad(p)]) for q in range(nin)]
                 + [memref.load(buf, [pad(p)]) for buf in extra])
@@ -263,11 +273,24 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             agg = els[0]
             for e in els[1:]:
                 agg = alg.combine(e, agg)
-            agg_store(pad(tid), agg)
+            if in_registers:
+                kept["agg"] = [agg]
+            else:
+                agg_store(pad(tid), agg)
         th.each(compose)
-        th.barrier()
         # 3. the block tree over the bs aggregates, one sweep of the plan per level
-        for sw in sweeps:
+        total_now: Element | None = None
+        if in_registers:
+            excl, total_now = warp_tree(th, alg, sweeps, kept["agg"][0], *slot_access)
+            kept["prefix"] = [excl]
+        else:
+            th.barrier()
+            if shuffles:
+                warp_tree_host(th, alg, sweeps, *slot_access)
+                total_now = agg_load(pad(ci(bs - 1)))
+        if total_now is not None and on_total is not None and not reduce:
+            on_total(total_now)
+        for sw in (() if shuffles else sweeps):
             if reduce and sw.phase in ("down",):
                 continue      # the reduce kernel wants the total alone: the up-sweep gives it
             off = sw.stride
@@ -298,16 +321,22 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             th.barrier()
             if on_total is not None and sw.phase == "up_root" and not reduce:
                 on_total(agg_load(total_slot))
-        if reduce:
+        if total_now is not None:
+            total = total_now
+        elif reduce:
             total = agg_load(pad(ci(bs - 1)))
+        else:
+            total = agg_load(pad(ci(bs - 1)) if kogge_stone else total_slot)
+        if reduce:
             return alg.combine(total, alg.pack(carry)).values() + nxt
-        total = agg_load(pad(ci(bs - 1)) if kogge_stone else total_slot)
         if state_before is not None:
             carry = state_before(total, carry)
 
         def prefix(tid: Value) -> Element:
             """The exclusive prefix of thread ``tid``'s aggregate."""
-            if not kogge_stone:
+            if in_registers:
+                return kept["prefix"][0]
+            if not inclusive:
                 return agg_load(pad(tid))
             first = arith.cmpi(arith.CmpIPredicate.eq, tid, ci(0))
             before = agg_load(pad(arith.subi(arith.maxui(tid, ci(1)), ci(1))))
@@ -317,7 +346,10 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         def finish(tid: Value) -> None:
             assert outputs is not None or accumulate is not None
             h = alg.apply(prefix(tid), carry)
-            els = kept["els"] if th.gpu else own(tid, t0)
+            # a look-back block (one tile) rebuilds its elements from the stage rather than
+            # holding them in registers through the tree and the wait: under its register cap
+            # they spilled at 16 elements a thread
+            els = kept["els"] if th.gpu and not single_tile else own(tid, t0)
             for j in range(E):
                 p = add_i(mul_i(tid, ci(E)), ci(j))
                 vals = staged(p)

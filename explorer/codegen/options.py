@@ -11,7 +11,7 @@ from typing import Any
 
 from explorer.errors import OptionError
 
-STRATEGIES = ("sequential", "blelloch", "kogge_stone")
+STRATEGIES = ("sequential", "blelloch", "kogge_stone", "warp_shuffle")
 TARGETS = ("cuda", "cpu")
 #: the dtype of the timed inputs in memory (``dtype=``): the kernels load a 16-bit input and
 #: extend it to float32 (``arith.extf``), compute and accumulate in float32, and store the outputs
@@ -78,7 +78,7 @@ class Options:
     #: finish during one round trip to L2
     lookback_tiles: int = 1
     #: the outputs the kernels write: one of OUTPUTS, or a tuple of output names (resolved
-    #: against the recurrence by the plan, :func:`explorer.passes.plan.stored_outputs`)
+    #: against the recurrence by the plan, :func:`explorer.passes.outputs.stored_outputs`)
     outputs: str | tuple[str, ...] = "readouts"
     #: the dtype of the stored outputs: None for ``dtype`` itself, or one of OUT_DTYPES
     #: (``"float32"`` with 16-bit inputs: the float32 results, not rounded to 16 bits)

@@ -13,6 +13,11 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   the total aside and starts the down-sweep, phase ``up_root``) and a down-sweep (strides B/4 ..
   1) giving exclusive prefixes; ``kogge_stone`` is ``log2 B`` levels of phase ``scan`` (stride
   2^d, every thread i >= 2^d combining with i - 2^d) giving inclusive prefixes;
+  ``warp_shuffle`` keeps the aggregates in registers: five levels of phase ``shuffle`` (strides
+  1 .. 16, Kogge-Stone among the 32 lanes of each warp, the values traded by ``gpu.shuffle up``,
+  no barrier), then, for more than one warp, one level of phase ``warps`` (stride 32, ``active``
+  the warps): each warp's last lane leaves the warp's total in shared memory, a barrier, and
+  every thread joins the totals of the warps before its own, in order;
 * ``scan.grid {scheme, direction, tile, min_tiles, fill, unchunked_from}``: the direction in
   time (``forward``, or ``reverse``: position t of the scan is time L - 1 - t, so
   ``h[t] = A_t h[t+1] + b_t`` with the initial state after the last step), and how a sequence is
@@ -59,18 +64,20 @@ from typing import Any
 
 from explorer.dialect import scan
 from explorer.frontend.names import LAST_SUFFIX, SEGMENT_MARKS
-from explorer.passes.plans import Level, ScanPlan, Step
+from explorer.passes.outputs import stored_outputs
+from explorer.passes.plans import WARP_LANES, Level, ScanPlan, Step, warp_levels
 from explorer.passes.state import ScanState
 
 NAME = "scan-plan"
 #: the strategies whose block level is a tree over the threads' aggregates
-TREES = ("blelloch", "kogge_stone")
+TREES = ("blelloch", "kogge_stone", "warp_shuffle")
 
 
 @dataclass(frozen=True)
 class Sweep:
-    """One level of the block tree: ``phase`` up / up_root / down (Blelloch) or scan
-    (Kogge-Stone), partners ``stride`` apart, ``active`` threads working."""
+    """One level of the block tree: ``phase`` up / up_root / down (Blelloch), scan
+    (Kogge-Stone) or shuffle / warps (warp shuffles), partners ``stride`` apart, ``active``
+    threads (warps for ``warps``) working."""
 
     phase: str
     stride: int
@@ -127,7 +134,7 @@ class Plan:
     strategy: str
     threads: int
     elements: int                 # per thread (tree strategies; 1 for sequential)
-    tree: str                     # blelloch | kogge_stone | none
+    tree: str                     # blelloch | kogge_stone | warp_shuffle | none
     sweeps: tuple[Sweep, ...]
     grid: Grid
     tile_steps: int = 0           # sequential: time steps of a warp tile
@@ -151,6 +158,9 @@ class Plan:
             return Level("down", tuple(Step("swap", r - s, r) for r in range(2 * s - 1, n, 2 * s)))
 
         levels: list[Level]
+        if self.tree == "warp_shuffle":
+            strides = tuple(sw.stride for sw in self.sweeps if sw.phase == "shuffle")
+            return ScanPlan(self.tree, n, n, warp_levels(n, strides))
         if self.tree == "kogge_stone":
             levels = [Level("scan", tuple(Step("combine", i - sw.stride, i)
                                           for i in range(sw.stride, n)))
@@ -175,43 +185,11 @@ def sweeps_of(tree: str, threads: int) -> tuple[Sweep, ...]:
         return tuple(up + down)
     if tree == "kogge_stone":
         return tuple(Sweep("scan", 1 << d, threads - (1 << d)) for d in range(levels))
+    if tree == "warp_shuffle":
+        warps = threads // WARP_LANES
+        shuffles = [Sweep("shuffle", 1 << d, warps * (WARP_LANES - (1 << d))) for d in range(5)]
+        return tuple(shuffles + ([Sweep("warps", WARP_LANES, warps)] if warps > 1 else []))
     raise ValueError(f"unknown tree {tree!r}")
-
-
-def stored_outputs(rec: Any, outputs: str | tuple[str, ...]) -> tuple[str, ...]:
-    """The outputs of ``rec`` (a :class:`~explorer.frontend.recurrence.Recurrence`) that the
-    option ``outputs`` asks for, in the recurrence's order (states, then readouts);
-    :class:`~explorer.errors.OptionError` for a name that is not an output."""
-    from explorer.errors import OptionError
-    from explorer.frontend.names import last_name
-
-    states, readouts = tuple(rec.states), tuple(rec.readouts)
-    if outputs == "all":
-        return states + readouts
-    if outputs == "states":
-        return states
-    if outputs == "readouts":
-        return readouts or states
-    if isinstance(outputs, str):
-        outputs = (outputs,)
-    # the last state of each state, unless the recurrence itself uses that name
-    names = set(rec.inputs) | set(rec.params) | set(states) | set(readouts)
-    lasts = tuple(last_name(s) for s in states if last_name(s) not in names)
-    unknown = [o for o in outputs if o not in states + readouts + lasts]
-    if unknown:
-        raise OptionError(f"outputs names {', '.join(unknown)}, not an output of the "
-                          f"recurrence (its states: {', '.join(states)}"
-                          + (f"; its readouts: {', '.join(readouts)}" if readouts else "")
-                          + (f"; last states: {', '.join(lasts)})" if lasts else ")"))
-    return tuple(o for o in states + readouts + lasts if o in outputs)
-
-
-def last_states(rec: Any, stored: tuple[str, ...]) -> tuple[str, ...]:
-    """The states whose last state ``stored`` holds (``h`` for ``h_last``), in order."""
-    from explorer.frontend.names import last_name
-
-    own = set(rec.states) | set(rec.readouts)
-    return tuple(s for s in rec.states if last_name(s) in stored and last_name(s) not in own)
 
 
 def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str

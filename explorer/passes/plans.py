@@ -18,6 +18,10 @@ Plans:
 * Kogge-Stone (Hillis-Steele): ``log2 size`` levels; at level d every position ``i >= 2**d``
   takes ``x[i] o x[i - 2**d]`` from the previous level (double-buffered); work
   ``size log2 size - (size - 1)``, depth ``log2 size``.
+* warp shuffles: Kogge-Stone inside each group of 32 positions (a warp's lanes, trading values
+  by shuffles: phase ``shuffle``), then the groups joined in order (phase ``warps``): every
+  position of group g takes the last position of group g - 1, already joined. Depth
+  ``5 + groups - 1``; on the GPU the first five levels need no barrier, the joins one.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from typing import Literal
 
 import numpy as np
 
-Phase = Literal["scan", "up", "down"]
-STRATEGIES = ("sequential", "blelloch", "kogge_stone")
+Phase = Literal["scan", "up", "down", "shuffle", "warps"]
+STRATEGIES = ("sequential", "blelloch", "kogge_stone", "warp_shuffle")
+#: the lanes of a warp: the groups that the warp-shuffle plan scans by shuffles
+WARP_LANES = 32
 MAX_DOT_POSITIONS = 64
 
 
@@ -81,6 +87,19 @@ class ScanPlan:
         return _plan_dot(self, highlight_level)
 
 
+def warp_levels(n: int, strides: tuple[int, ...] = (1, 2, 4, 8, 16)) -> tuple[Level, ...]:
+    """The warp-shuffle plan over ``n`` positions: a Kogge-Stone level inside every group of
+    WARP_LANES positions per stride, then one level per later group joining it to the group
+    before (its last position, joined already)."""
+    levels = [Level("shuffle", tuple(Step("combine", i - s, i) for i in range(s, n)
+                                     if i % WARP_LANES >= s))
+              for s in strides if s < n]
+    levels += [Level("warps", tuple(Step("combine", g - 1, i)
+                                    for i in range(g, min(g + WARP_LANES, n))))
+               for g in range(WARP_LANES, n, WARP_LANES)]
+    return tuple(levels)
+
+
 def _ceil_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
@@ -96,6 +115,8 @@ def make_plan(strategy: str, n: int) -> ScanPlan:
     if strategy == "sequential":
         levels = tuple(Level("scan", (Step("combine", i - 1, i),)) for i in range(1, n))
         return ScanPlan(strategy, n, n, levels)
+    if strategy == "warp_shuffle":
+        return ScanPlan(strategy, n, n, warp_levels(n))
     size = _ceil_pow2(n)
     k = size.bit_length() - 1
     if strategy == "kogge_stone":
@@ -157,9 +178,11 @@ def run_plan(plan: ScanPlan, A: np.ndarray, b: np.ndarray, init: np.ndarray | No
 # ----------------------------------------------------------------------------------------------
 # Picture
 # ----------------------------------------------------------------------------------------------
-_PHASE_COLOR = {"up": "#1a73e8", "down": "#e8710a", "scan": "#188038"}
+_PHASE_COLOR = {"up": "#1a73e8", "down": "#e8710a", "scan": "#188038", "shuffle": "#9334e6",
+                "warps": "#129eaf"}
 _LEGEND = {"blelloch": "blue: up-sweep, orange: down-sweep",
-           "kogge_stone": "green: one level of combines each", "sequential": "one combine a level"}
+           "kogge_stone": "green: one level of combines each", "sequential": "one combine a level",
+           "warp_shuffle": "purple: shuffles inside a warp, teal: warps joined in order"}
 
 
 def _plan_dot(plan: ScanPlan, highlight: int | None) -> str:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from explorer.compiler import Compiled
 
 _STRATEGY_LABELS = {"blelloch": "Blelloch (work-efficient tree)", "sequential": "sequential",
-                    "kogge_stone": "Kogge-Stone"}
+                    "kogge_stone": "Kogge-Stone", "warp_shuffle": "warp shuffles"}
 BLOCK_SIZES = [32, 64, 128, 256, 512, 1024]
 ELEMENTS_PER_THREAD = [1, 2, 4, 8, 16]
 

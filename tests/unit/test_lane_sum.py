@@ -111,7 +111,7 @@ def check(text: str, strategy: str, C: int, N: int, L: int, outputs: str = "read
 
 # -- the selective scan: every plan, y alone or with h -----------------------------------------
 PLANS = [("sequential", "chunked"), ("blelloch", "chunked"), ("kogge_stone", "chunked"),
-         ("blelloch", "lookback")]
+         ("blelloch", "lookback"), ("warp_shuffle", "chunked")]
 
 
 @pytest.mark.parametrize("outputs", ["readouts", "all"])
@@ -243,7 +243,7 @@ def test_scalar_readout_without_its_state(strategy: str) -> None:
 def test_plan_records_the_choice() -> None:
     """scan.store and scan.lane_sum in the plan, read back as the plan."""
     for (strategy, grid), scheme in zip(PLANS, ["lanes-in-block", "lane-loop", "lane-loop",
-                                                "readout-kernel"], strict=True):
+                                                "readout-kernel", "lane-loop"], strict=True):
         _, kernels, plan = built(SELECTIVE, strategy, "readouts", grid)
         assert plan.stored == ("y",)
         assert plan.lane_sum is not None and plan.lane_sum.scheme == scheme

@@ -13,7 +13,7 @@ from explorer.passes.plans import make_plan, run_plan
 pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
 
 AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
-TREES = ("blelloch", "kogge_stone")
+TREES = ("blelloch", "kogge_stone", "warp_shuffle")
 
 
 def _inputs(text: str, C: int, L: int, N: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
@@ -102,3 +102,29 @@ def test_a_record_keeps_the_plan_it_ran(tmp_path):
     c = ex.compile(AFFINE, target="cuda", strategy="kogge_stone", block_size=64)
     back = load_compiled(c.dump(tmp_path / "ks.json.gz"))
     assert back.scan_plan == c.scan_plan and back.plan.levels == c.plan.levels
+
+
+@pytest.mark.parametrize("grid", ["chunked", "lookback"])
+@pytest.mark.parametrize("block_size", [64, 128])
+def test_warp_shuffle_tree_joins_its_warps_on_the_cpu(grid, block_size):
+    """Blocks of two and four warps: the shuffle levels inside each warp, then the join of the
+    warps (scan.sweep {phase = "warps"}), over odd lengths, tails and many tiles."""
+    c = ex.compile(AFFINE, target="cpu", strategy="warp_shuffle", block_size=block_size,
+                   elements_per_thread=2, chunk_tiles=1, grid=grid)
+    phases = [sw.phase for sw in c.scan_plan.sweeps]
+    assert phases == ["shuffle"] * 5 + ["warps"]
+    assert c.scan_plan.sweeps[-1].active == block_size // 32
+    for C, L in ((3, 1000), (1, 5000), (2, 37)):
+        arrays = _inputs(AFFINE, C, L, seed=L)
+        out, ref = c(**arrays), ex.reference(AFFINE, **arrays)
+        assert np.abs(out - ref).max() / np.abs(ref).max() < 1e-5, (C, L)
+
+
+def test_the_warp_shuffle_tree_trades_values_by_shuffles():
+    """Its shuffle levels become ``shfl.sync.up`` in the PTX and leave the tree's shared-memory
+    barriers out: the scan kernel has fewer barriers than the Blelloch tree's."""
+    ws = ex.compile(AFFINE, target="cuda", strategy="warp_shuffle", block_size=128)
+    ble = ex.compile(AFFINE, target="cuda", strategy="blelloch", block_size=128)
+    assert "shfl.sync.up" in (ws.ptx or "") and "shfl.sync.up" not in (ble.ptx or "")
+    assert (ws.ptx or "").count("bar.sync") < (ble.ptx or "").count("bar.sync")
+    assert ws.plan.levels == make_plan("warp_shuffle", 128).levels

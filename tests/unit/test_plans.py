@@ -31,12 +31,26 @@ def test_kogge_stone_and_sequential_work_and_depth(n):
     assert s.work == n - 1 and s.depth == n - 1
 
 
+@pytest.mark.parametrize("n", [1, 5, 32, 33, 64, 100])
+def test_warp_shuffle_levels(n):
+    """Five shuffle levels inside each group of 32 (fewer below 32 positions), then one join
+    per later group; no step crosses a group in a shuffle level."""
+    p = make_plan("warp_shuffle", n)
+    shuffles = [lv for lv in p.levels if lv.phase == "shuffle"]
+    joins = [lv for lv in p.levels if lv.phase == "warps"]
+    assert len(shuffles) == min(5, (n - 1).bit_length()) and len(joins) == (n - 1) // 32
+    assert all(st.left // 32 == st.right // 32 for lv in shuffles for st in lv.steps)
+    assert all(st.left % 32 == 31 and st.right // 32 == st.left // 32 + 1
+               for lv in joins for st in lv.steps)
+    assert p.n == p.size == n
+
+
 def test_non_power_of_two_is_padded():
     p = make_plan("blelloch", 5)
     assert p.n == 5 and p.size == 8
 
 
-@pytest.mark.parametrize("strategy", ["sequential", "blelloch", "kogge_stone"])
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch", "kogge_stone", "warp_shuffle"])
 @pytest.mark.parametrize("S", [1, 2, 3])
 def test_interpreter_equals_sequential_scan_for_every_n(strategy, S):
     rng = np.random.default_rng(S)
@@ -49,7 +63,7 @@ def test_interpreter_equals_sequential_scan_for_every_n(strategy, S):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-@pytest.mark.parametrize("strategy", ["blelloch", "kogge_stone"])
+@pytest.mark.parametrize("strategy", ["blelloch", "kogge_stone", "warp_shuffle"])
 def test_plans_over_an_affine_form_equal_reference(case, strategy):
     rec = ex.Recurrence.parse(case.text)
     f = ex.decompose(rec)

@@ -18,7 +18,7 @@ def _flip(x):
         if isinstance(x, dict) else np.ascontiguousarray(x[..., ::-1])
 
 
-@pytest.mark.parametrize("strategy", ["sequential", "blelloch", "kogge_stone"])
+@pytest.mark.parametrize("strategy", ["sequential", "blelloch", "kogge_stone", "warp_shuffle"])
 @pytest.mark.parametrize("preset", ["affine scan", "second order", "selective scan"])
 def test_reverse_is_the_forward_scan_of_the_flipped_sequence(strategy, preset):
     text = ex.PRESETS[preset]

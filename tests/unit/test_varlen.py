@@ -31,8 +31,9 @@ RTOL = 1e-4
 SMALL: dict[str, Any] = {"block_size": 32, "elements_per_thread": 2, "chunk_tiles": 1}
 #: every strategy and grid: (strategy, options)
 PLANS = [("sequential", {}), ("blelloch", SMALL), ("kogge_stone", SMALL),
-         ("blelloch", {**SMALL, "grid": "lookback"})]
-PLAN_IDS = ["sequential", "blelloch", "kogge_stone", "lookback"]
+         ("blelloch", {**SMALL, "grid": "lookback"}),
+         ("warp_shuffle", {**SMALL, "block_size": 64, "grid": "lookback"})]
+PLAN_IDS = ["sequential", "blelloch", "kogge_stone", "lookback", "warp_shuffle-lookback"]
 #: an empty sequence, sequences of one step, one crossing several tiles and chunks
 CU = np.array([0, 5, 5, 6, 190, 191, 400], dtype=np.int32)
 

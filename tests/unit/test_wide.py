@@ -117,7 +117,8 @@ LENGTHS = [1, 3, 5, 255, 256, 258, 1027, 2053]
 
 @pytest.mark.parametrize("variant", [
     {}, {"reverse": True}, {"grid": "chunked"}, {"grid": "lookback"},
-    {"strategy": "kogge_stone"}, {"dtype": "bfloat16"}, {"dtype": "float16", "reverse": True},
+    {"strategy": "kogge_stone"}, {"strategy": "warp_shuffle", "grid": "lookback"},
+    {"dtype": "bfloat16"}, {"dtype": "float16", "reverse": True},
     {"dtype": "bfloat16", "out_dtype": "float32", "grid": "chunked"},
 ])
 def test_wide_kernels_on_the_host_match_the_reference(variant: dict[str, Any]) -> None:

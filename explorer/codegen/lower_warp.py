@@ -1,0 +1,107 @@
+"""Lowering of the ``warp_shuffle`` block tree (``scan.sweep`` phases ``shuffle`` and ``warps``).
+
+On the GPU the threads' aggregates stay in registers: each ``shuffle`` sweep of stride s is one
+Kogge-Stone level among the 32 lanes of a warp, lane i taking ``x[i] o x[i - s]`` from lane
+``i - s`` by ``gpu.shuffle up`` (no barrier: the lanes of a warp trade values directly). The
+``warps`` sweep joins the warps: each warp's last lane leaves the warp's total in shared memory,
+one barrier, and every thread composes, in order, the totals of the warps before its own (its
+warp's prefix) and of all of them (the block's total). A thread's exclusive prefix is lane
+``i - 1``'s inclusive prefix (one more shuffle) after its warp's prefix.
+
+On the host the block's threads are loops, so the same levels run over the aggregates in
+shared memory: the ``shuffle`` sweeps as Kogge-Stone levels restricted to each group of 32
+positions (from the last position down, like :func:`explorer.codegen.lower_block.ks_sweep`), the
+``warps`` sweep group after group. The aggregates then hold the block's inclusive prefixes, as
+after a Kogge-Stone tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mlir.dialects import arith, gpu
+from mlir.ir import IntegerType, Value
+
+from explorer.codegen.emit import Algebra, Element, add_i, ci
+from explorer.codegen.threads import WARP, Threads, for_loop, if_then, pad, select_element
+
+Load = Callable[[Value], Element]
+Store = Callable[[Value, Element], None]
+
+
+def _c32(v: int) -> Value:
+    return arith.constant(IntegerType.get_signless(32), v)
+
+
+def _shuffle_up(alg: Algebra, e: Element, by: int) -> Element:
+    """Every lane gets lane ``i - by``'s element (lanes below ``by`` get their own back)."""
+    return alg.pack([gpu.shuffle(v, _c32(by), _c32(WARP), gpu.ShuffleMode.UP)[0]
+                     for v in e.values()])
+
+
+def _at_least(lane: Value, n: int) -> Value:
+    return arith.cmpi(arith.CmpIPredicate.uge, lane, ci(n))
+
+
+def warp_tree(th: Threads, alg: Algebra, sweeps: Sequence[Any], agg: Element,
+              load: Load, store: Store) -> tuple[Element, Element]:
+    """GPU: the exclusive prefix of this thread's aggregate ``agg`` within the block, and the
+    block's total. ``load``/``store`` reach the shared aggregate slots (unpadded index)."""
+    assert th.tid is not None
+    tid = th.tid
+    lane = arith.remui(tid, ci(WARP))
+    x = agg
+    for sw in sweeps:
+        if sw.phase == "shuffle":
+            s = int(sw.stride)
+            x = select_element(_at_least(lane, s), alg.combine(x, _shuffle_up(alg, x, s)), x,
+                               alg)
+    excl = select_element(_at_least(lane, 1), _shuffle_up(alg, x, 1), alg.identity(), alg)
+    warps = th.bs // WARP
+    if warps == 1:
+        total = alg.pack([gpu.shuffle(v, _c32(WARP - 1), _c32(WARP), gpu.ShuffleMode.IDX)[0]
+                          for v in x.values()])
+        return excl, total
+    warp = arith.divui(tid, ci(WARP))
+    last = arith.cmpi(arith.CmpIPredicate.eq, lane, ci(WARP - 1))
+    if_then(last, lambda: store(warp, x))
+    th.barrier()
+    total = load(ci(0))
+    before = alg.identity()
+    for j in range(1, warps):
+        # ``total`` holds warps 0 .. j - 1 here: the prefix of warp j
+        before = select_element(arith.cmpi(arith.CmpIPredicate.eq, warp, ci(j)), total, before,
+                                alg)
+        total = alg.combine(load(ci(j)), total)
+    return alg.combine(excl, before), total
+
+
+def warp_tree_host(th: Threads, alg: Algebra, sweeps: Sequence[Any], load: Load,
+                   store: Store) -> None:
+    """Host: the same levels over the ``th.bs`` aggregates in shared memory, leaving the
+    block's inclusive prefixes there."""
+    bs = th.bs
+    for sw in sweeps:
+        phase, s = sw.phase, int(sw.stride)
+        if phase == "shuffle":
+            def level(j: Value, _: list[Value], s: int = s) -> list[Value]:
+                i = arith.subi(ci(bs - 1), j)
+
+                def step() -> None:
+                    store(i, alg.combine(load(i), load(arith.subi(i, ci(s)))))
+                if_then(_at_least(arith.remui(i, ci(WARP)), s), step)
+                return []
+            for_loop(ci(0), ci(bs - s), ci(1), level)
+        elif phase == "warps":
+            for g in range(WARP, bs, WARP):
+                def join(j: Value, _: list[Value], g: int = g) -> list[Value]:
+                    i = add_i(ci(g), j)
+                    store(i, alg.combine(load(i), load(ci(g - 1))))
+                    return []
+                for_loop(ci(0), ci(WARP), ci(1), join)
+
+
+def padded_slots(load_padded: Load, store_padded: Store) -> tuple[Load, Store]:
+    """``load``/``store`` by position from those by padded slot."""
+    return (lambda i: load_padded(pad(i))), (lambda i, e: store_padded(pad(i), e))
