@@ -141,7 +141,10 @@ class TreeView(View):
                       f"{plan.threads} threads, {plan.elements} elements composed in each "
                       f"thread, then the <b>{html.escape(plan.tree)}</b> tree over the "
                       f"{plan.threads} thread aggregates in {len(plan.sweeps)} "
-                      f"<code>scan.sweep</code> levels (a barrier after each); grid "
+                      f"<code>scan.sweep</code> levels ("
+                      + ("shuffles inside each warp, one barrier to join the warps"
+                         if plan.tree == "warp_shuffle" else "a barrier after each")
+                      + "); grid "
                       f"<code>{html.escape(grid.scheme)}</code>{direction}")
             if plan.lookback is not None:
                 window = plan.lookback.lanes * plan.lookback.tiles_per_lane
@@ -178,9 +181,11 @@ class TreeView(View):
         if plan.tree == "none" or not level.steps:
             return None
         stride = level.steps[0].right - level.steps[0].left
-        phases = {"scan": ("scan",), "up": ("up", "up_root"), "down": ("down",)}[level.phase]
+        phases = {"scan": ("scan",), "up": ("up", "up_root"), "down": ("down",),
+                  "shuffle": ("shuffle",), "warps": ("warps",)}[level.phase]
         for index, sweep in enumerate(plan.sweeps):
-            if sweep.phase in phases and sweep.stride == stride:
+            # a join of warps draws one level per later warp, all of the one "warps" sweep
+            if sweep.phase in phases and (sweep.stride == stride or sweep.phase == "warps"):
                 return index
         if level.phase == "down":
             # the root of the whole block: the up-sweep's last level sets the total aside and
@@ -198,7 +203,8 @@ class TreeView(View):
             return (f"all {len(levels)} levels (move the slider or press play to step through "
                     "them)", "")
         level = levels[position - 1]
-        phase = {"up": "up-sweep", "down": "down-sweep", "scan": "scan"}[level.phase]
+        phase = {"up": "up-sweep", "down": "down-sweep", "scan": "scan",
+                 "shuffle": "shuffle inside each warp", "warps": "warps joined"}[level.phase]
         kind = "swaps" if level.steps and level.steps[0].kind == "swap" else "combines"
         count = len(level.steps)
         head = (f"level {position} of {len(levels)}: <b>{phase}</b>, {count} "

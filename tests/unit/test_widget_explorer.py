@@ -80,7 +80,7 @@ def test_the_scan_tree_is_the_plan_read_from_the_ir(monkeypatch) -> None:
     widget = Explorer(AFFINE, target="cpu")
     view = widget.tree_view
     pictures = {}
-    for strategy in ("blelloch", "kogge_stone", "sequential"):
+    for strategy in ("blelloch", "kogge_stone", "warp_shuffle", "sequential"):
         widget.strategy.value = strategy
         assert widget.error is None, widget.error_box.value
         widget.show_tab("Scan tree")
@@ -97,7 +97,7 @@ def test_the_scan_tree_is_the_plan_read_from_the_ir(monkeypatch) -> None:
             if line.startswith('"scan.'):
                 assert line in ops
         pictures[strategy] = view.picture.value
-    assert len(set(pictures.values())) == 3
+    assert len(set(pictures.values())) == 4
 
 
 def test_the_person_chooses_how_many_threads_to_draw() -> None:
@@ -129,6 +129,25 @@ def test_the_person_chooses_how_many_threads_to_draw() -> None:
     widget.strategy.value = "blelloch"
     assert view.drawn.value == 8
     assert view.picture.value == _tree_svg(widget.compiled, 8)
+
+
+def test_a_warp_shuffle_tree_names_its_shuffles_and_the_join() -> None:
+    """Over 64 drawn threads (two warps): five shuffle levels, then one join; each level's
+    label names its scan.sweep, the join the one "warps" sweep."""
+    widget = Explorer(AFFINE, target="cpu", strategy="warp_shuffle", block_size=128)
+    widget.show_tab("Scan tree")
+    view = widget.tree_view
+    c = widget.compiled
+    view.drawn.value = 64
+    picture = c.scan_plan.picture(64)
+    assert [lv.phase for lv in picture.levels] == ["shuffle"] * 5 + ["warps"]
+    assert "one barrier to join the warps" in _visible_text(view.info.value)
+    for k, sweep in enumerate(c.scan_plan.sweeps, start=1):
+        view.step.value = k
+        label = html.unescape(_visible_text(view.level_label.value))
+        assert f"sweep {k} of 6" in label and f"{sweep.active} threads" in label
+        assert ("warps joined" if sweep.phase == "warps" else "shuffle inside each warp") in label
+        assert view.picture.value == _tree_svg(c, 64, k - 1)
 
 
 def test_a_blelloch_tree_over_the_whole_block_shows_its_root() -> None:
