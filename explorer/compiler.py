@@ -125,7 +125,7 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
         back.append(Stage("ptx", lowered.ptx, sum(to_binary), kind="ptx"))
     stages = _assemble(list(stages.values()), passes, back)
     built = state.built
-    kernels = [dict(k.manifest(), args=built.args) for k in built.kernels]
+    kernels = [dict(k.manifest(), args=k.manifest_args(built.args)) for k in built.kernels]
     return Compiled(rec, form, plan.picture(plan.threads), opts.strategy, opts.target, opt_dict,
                     stages, passes, kernels, lowered.final_module, lowered.ptx, lowered.llvm_ir,
                     _PENDING, key, scan_plan=plan)

@@ -82,6 +82,16 @@ class KernelSpec:
     #: the grid counts whole channels, not sequences (see CHANNEL_RULES): a lane-summed
     #: readout is computed where all the lanes of a channel are
     channels: str | None = None
+    #: the workspaces this kernel reads zeroed (the look-back's flags): its arguments say
+    #: ``reset``, and the launcher clears them before a launch in which this kernel runs, not
+    #: before one that runs only kernels that never read them
+    zeroes: tuple[str, ...] = ()
+
+    def manifest_args(self, args: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The module's arguments as this kernel's manifest lists them (``reset`` on those it
+        reads zeroed)."""
+        return [dict(a, reset=True) if a["name"] in self.zeroes and a["role"] == "workspace"
+                else a for a in args]
 
     def manifest(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "block": list(self.block),
@@ -186,11 +196,9 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
         if scheme == "lookback":
             spaces.append((TILE_FLAGS, TILE_SLOT_WORDS))
         for name, per in spaces:
-            space = {"name": name, "role": "workspace", "timed": False, "lane": False,
-                     "dtype": "float32", "per_chunk": per, "time_chunk": TIME_CHUNK}
-            if name == TILE_FLAGS:
-                space["reset"] = True
-            out.append(space)
+            # which kernel needs a workspace zeroed is its own (KernelSpec.zeroes)
+            out.append({"name": name, "role": "workspace", "timed": False, "lane": False,
+                        "dtype": "float32", "per_chunk": per, "time_chunk": TIME_CHUNK})
         out.append({"name": TIME_CHUNK, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64", "chunk_rule": chunk_rule(options, grid, scheme)})
     return out

@@ -53,6 +53,7 @@ from explorer.codegen.contract import (
     GRID_SUFFIX,
     KERNEL_PREFIX,
     READOUT_CHUNK_TILES,
+    TILE_FLAGS,
     BuiltModule,
     KernelSpec,
     kernel_args,
@@ -161,7 +162,8 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
                 min_blocks_per_sm=(max(1, LOOKBACK_THREADS_PER_SM // bs) if role == "lookback"
                                    else max(1, LANE_LOOP_THREADS_PER_SM // bs) if lane_loop
                                    else 0),
-                channels="block" if lane_loop else None))
+                channels="block" if lane_loop else None,
+                zeroes=(TILE_FLAGS,) if role == "lookback" else ()))
     if lane_sum is not None and not lane_sum.fused:
         out.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", block, 1,
                               time_chunk=READOUT_CHUNK_TILES * bs))

@@ -33,6 +33,10 @@ def test_one_kernel_runs_a_call_and_the_lookback_flags_are_reset_before_each_lau
     assert tiles.name.endswith("_lookback")
     reset = [a.name for a in tiles.args if a.reset]
     assert reset == ["tile_flags"]
+    # the plain kernel takes the flags too (one signature) but never reads them: a call that
+    # runs only whole sequences clears nothing
+    assert "tile_flags" in [a.name for a in whole.args]
+    assert not any(a.reset for a in whole.args)
     rule = next(a.chunk_rule for a in tiles.args if a.chunk_rule is not None)
     assert rule.max_tiles == 1 and rule.min_tiles == 1
     # whole sequences (L <= time_chunk): the plain scan kernel; cut into tiles: the look-back
