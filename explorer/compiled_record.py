@@ -29,7 +29,7 @@ from explorer.passes.affine import decompose
 # can write a record with a valid checksum, so a decoded record is untrusted (``trusted=False``):
 # its text is shown and its PTX runs on the GPU like any artifact, but its host code is rebuilt
 # from the recurrence text and options (the lowered host module is not even stored).
-_FORMAT = "scanweaver-compiled/4"
+_FORMAT = "scanweaver-compiled/5"
 #: largest record read (uncompressed): a compile of the selective scan is a few MB
 RECORD_LIMIT = 256 * 1024 * 1024
 _KEY = re.compile(r"[0-9a-f]{32}")

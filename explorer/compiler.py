@@ -96,7 +96,7 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     from explorer.codegen.pipeline import lower
     from explorer.codegen.steps import cpu_steps, cuda_steps, scan_steps
     from explorer.dialect.build import build_scan
-    from explorer.passes.plan import outputs_text
+    from explorer.passes.outputs import outputs_text
     from explorer.passes.state import ScanState
 
     stages: OrderedDict[str, Stage] = OrderedDict()

@@ -68,11 +68,9 @@ from explorer.codegen.emit import (
     to_index,
 )
 from explorer.codegen.gen import Gen, Locations, scan_io
-from explorer.codegen.hoist import ChannelSplit, split_channel
 from explorer.codegen.lower_grid import (
     LANE_LOOP_THREADS_PER_SM,
     blelloch_block,
-    blelloch_shapes,
     lane_loop_block,
     readout_block,
 )
@@ -80,6 +78,7 @@ from explorer.codegen.lower_lookback import LOOKBACK_THREADS_PER_SM, lookback_bl
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
 from explorer.codegen.narrow import narrow_buffers
 from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
+from explorer.codegen.shared_layout import lane_loop_split, shared_arrays, stage_counts, tile_steps
 from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
 from explorer.errors import CompileError, OptionError
 from explorer.frontend.names import SEGMENT_MARKS, TIME_CHUNK
@@ -138,17 +137,18 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
         out.append(KernelSpec(f"{KERNEL_PREFIX}_sequential", "scan", block, bs, shared,
                               channels="threads" if lane_sum is not None else None))
     else:
-        gen_counts = _stage_counts(form, options, plan)
+        gen_counts = stage_counts(form, options, plan)
         # whole sequences: the scan kernel alone; cut into tiles: the look-back kernel alone,
         # or the chunked scan's reduce, carry and scan kernels
         lookback = plan.grid.scheme == "lookback"
         roles = ((("scan", ""), ("lookback", "_lookback")) if lookback else
                  (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")))
         for role, suffix in roles:
-            static = sum(_shared_arrays(form, options, role, plan)) * 4
+            static = sum(shared_arrays(form, options, role, plan)) * 4
             if options.target == "cuda" and static > STATIC_SHARED_LIMIT:
                 raise OptionError(
-                    f"a Blelloch tile of {options.tile} elements ({gen_counts[role]} staged "
+                    f"a Blelloch tile of {tile_steps(options, plan, role)} elements "
+                    f"({gen_counts[role]} staged "
                     f"arrays, elements of {alg.width} floats) needs {static} bytes of shared "
                     f"memory, more than {STATIC_SHARED_LIMIT}: lower block_size * "
                     "elements_per_thread")
@@ -170,25 +170,6 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
     return out
 
 
-def _lane_loop(form: Any, plan: Any) -> ChannelSplit | None:
-    """What the lane loop of a chunked tree plan's scan kernel reads per lane and per channel
-    (None: no lane loop)."""
-    if plan.tree == "none" or plan.lane_sum is None or not plan.lane_sum.fused:
-        return None
-    return split_channel(form, scan_io(form, plan.stored, plan.lane_sum).lane_terms)
-
-
-def _stage_counts(form: Any, options: Options, plan: Any) -> dict[str, int]:
-    alg = Algebra(form.A)
-    coeff = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
-    io = scan_io(form, plan.stored, plan.lane_sum)
-    split = _lane_loop(form, plan)
-    scan = max(1, len(split.lane_inputs if split is not None else io.inputs), len(io.outputs))
-    return {"scan": scan, "lookback": scan,
-            "reduce": max(1, len([n for n in form.inputs if n in coeff])),
-            "carry": max(alg.width, alg.S)}
-
-
 def options_for(options: Options, plan: Any) -> Options:
     """The options the emitters follow, with every decision of the plan taken from the plan."""
     from dataclasses import replace
@@ -202,7 +183,9 @@ def options_for(options: Options, plan: Any) -> Options:
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
                    reverse=reverse, grid=plan.grid.scheme, vector_width=plan.vector_width,
                    lookback_tiles=(plan.lookback.tiles_per_lane if plan.lookback is not None
-                                   else options.lookback_tiles))
+                                   else options.lookback_tiles),
+                   lookback_elements=(plan.lookback.elements if plan.lookback is not None
+                                      else options.lookback_elements))
 
 
 def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
@@ -306,36 +289,18 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
         sequential_block(gen, th, lay, bid, shared[0], hs)
     else:
         width = gen.alg.width
-        count = _stage_counts(gen.form, gen.options, plan)[spec.role]
+        count = stage_counts(gen.form, gen.options, plan)[spec.role]
         stage, aggbuf = shared[:count], shared[count:count + width]
         if spec.role == "lookback":
             lookback_block(gen, th, bid, stage, aggbuf)
         elif spec.channels == "block":
-            split = _lane_loop(gen.form, plan)
+            split = lane_loop_split(gen.form, plan)
             assert split is not None
             rest = shared[count + width:]
             lane_loop_block(gen, th, bid, stage, aggbuf, rest[:len(split.channel_staged)],
                             rest[len(split.channel_staged):], split)
         else:
             blelloch_block(gen, th, spec.role, bid, stage, aggbuf)
-
-
-def _shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[int]:
-    """Sizes (floats) of the workgroup arrays of the kernel of ``role``: for the trees, the
-    stage buffers, the aggregate buffers, and with a lane loop one row of the tile per term
-    of the sums over n."""
-    if role == "readout":
-        return []
-    if options.strategy == "sequential":
-        return [seq_layout(form, options, plan.stored, plan.lane_sum).floats]
-    shapes = blelloch_shapes(options, plan.grid.scheme)
-    count = _stage_counts(form, options, plan)[role]
-    sizes = [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
-    split = _lane_loop(form, plan) if role == "scan" else None
-    if split is not None:
-        # what the lanes share (a row of the tile each), then a row per lane term
-        sizes += [shapes.stage] * (len(split.channel_staged) + len(split.terms))
-    return sizes
 
 
 def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[str, Any]],
@@ -360,7 +325,7 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                     fn.attributes["nvvm.minctasm"] = IntegerAttr.get(
                         IntegerType.get_signless(32), spec.min_blocks_per_sm)
                 static = ([] if spec.shared_bytes else
-                          _shared_arrays(form, options, spec.role, plan))
+                          shared_arrays(form, options, spec.role, plan))
                 wg_types: list[Type] = [MemRefType.get([n], f32(), memory_space=workgroup)
                                         for n in static]
                 if wg_types:
@@ -470,7 +435,7 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
                 gen = _bind(form, options, args, values[:len(args)], lambda v, size: v,
                             plan, locs)
                 shared = [memref.alloc(MemRefType.get([n], f32()), [], [])
-                          for n in _shared_arrays(form, options, spec.role, plan)]
+                          for n in shared_arrays(form, options, spec.role, plan)]
                 hs = None
                 if options.strategy == "sequential" and spec.role == "scan":
                     hs = memref.alloc(MemRefType.get([bs * gen.alg.S], f32()), [], [])

@@ -47,10 +47,12 @@ class ScanShapes:
     agg: int
 
 
-def blelloch_shapes(options: Options, scheme: str) -> ScanShapes:
-    """The workgroup buffers of a tree plan's block, on the grid ``scheme``."""
+def blelloch_shapes(options: Options, scheme: str, elements: int | None = None) -> ScanShapes:
+    """The workgroup buffers of a tree plan's block, on the grid ``scheme``, for a tile of
+    ``elements`` a thread (default ``elements_per_thread``; the look-back kernel's own)."""
     slots = 2 if scheme == "lookback" else 1
-    return ScanShapes(padded(options.tile), padded(options.block_size) + slots)
+    E = options.elements_per_thread if elements is None else elements
+    return ScanShapes(padded(options.block_size * E), padded(options.block_size) + slots)
 
 
 def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence[Value],

@@ -262,7 +262,7 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     def state_before(total: Element, carry: list[Value]) -> list[Value]:
         return chained(total)
 
-    block_scan(gen, th, gen.options.elements_per_thread, stage, aggbuf,
+    block_scan(gen, th, int(gen.options.lookback_elements), stage, aggbuf,
                gen.in_streams(seq, names), gen.out_streams(seq), element, outputs, begin, end,
                h0, "inclusive", state_before, single_tile=True, on_total=announce,
                last_state=gen.last_state_hook(seq))

@@ -27,8 +27,10 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   tiles before it, a warp at a time: Merrill and Garland's decoupled look-back), or
   ``chunked``: chunks of whole tiles (reduce each chunk, carry across chunks, rescan from the
   carry: the inputs are read twice), the chunk length chosen per call by this rule;
-* ``scan.lookback {lanes = 32, tiles_per_lane}`` (look-back grids only): the warp that looks
-  back examines ``lanes * tiles_per_lane`` tiles per round trip to memory;
+* ``scan.lookback {lanes = 32, tiles_per_lane, elements}`` (look-back grids only): the warp that
+  looks back examines ``lanes * tiles_per_lane`` tiles per round trip to memory; a thread of
+  the look-back kernel composes ``elements`` elements (its tile, ``scan.grid {tile}``, is
+  ``B * elements``; the plain kernel of whole sequences keeps ``scan.thread {elements}``);
 * ``scan.store {outputs}``: the outputs the kernels write, chosen by the ``outputs`` option
   (:func:`stored_outputs`): by default the readouts when the recurrence has any, so a state
   that nobody asked for is never written; ``<state>_last`` (``h_last``) is the state after the
@@ -63,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.dialect import scan
-from explorer.frontend.names import LAST_SUFFIX, SEGMENT_MARKS
+from explorer.frontend.names import SEGMENT_MARKS
 from explorer.passes.outputs import stored_outputs
 from explorer.passes.plans import WARP_LANES, Level, ScanPlan, Step, warp_levels
 from explorer.passes.state import ScanState
@@ -104,10 +106,11 @@ class Grid:
 @dataclass(frozen=True)
 class Lookback:
     """How far the look-back sees per round trip: ``lanes`` lanes of a warp, each examining
-    ``tiles_per_lane`` consecutive tiles."""
+    ``tiles_per_lane`` consecutive tiles; ``elements`` a thread of its tile."""
 
     lanes: int
     tiles_per_lane: int
+    elements: int
 
 
 #: where the sums over the lanes of a readout are computed (``scan.lane_sum``'s scheme)
@@ -215,6 +218,16 @@ def grid_scheme(form: Any, options: Any) -> str:
     return "lookback" if options.strategy in TREES and scalar else "chunked"
 
 
+def lookback_elements(form: Any, options: Any) -> int:
+    """``lookback_elements`` resolved: twice ``elements_per_thread`` (at most 16) for a scalar
+    first-order state, ``elements_per_thread`` for the others."""
+    if options.lookback_elements != "auto":
+        return int(options.lookback_elements)
+    scalar = not form.vector and tuple(form.A.shape) == (1, 1)
+    E = int(options.elements_per_thread)
+    return min(16, 2 * E) if scalar else E
+
+
 def choose_plan(form: Any, options: Any) -> Plan:
     """The plan for ``form`` under ``options`` (what ``scan-plan`` writes as ops)."""
     from explorer.codegen.contract import CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM, UNCHUNKED_FROM
@@ -226,12 +239,14 @@ def choose_plan(form: Any, options: Any) -> Plan:
     scheme = grid_scheme(form, o)
     lane_sum = lane_sum_of(form, stored, o.strategy, scheme)
     if o.strategy in TREES:
-        grid = (Grid("lookback", direction, o.tile, 1, CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM)
+        look = lookback_elements(form, o)
+        grid = (Grid("lookback", direction, o.block_size * look, 1, CHUNK_FILL,
+                     LOOKBACK_UNCHUNKED_FROM)
                 if scheme == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size), grid,
-                    lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles)
+                    lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look)
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
                     vector_width=o.vector_elements)
@@ -239,50 +254,6 @@ def choose_plan(form: Any, options: Any) -> Plan:
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
                 lane_sum=lane_sum, segments=o.varlen)
-
-
-def outputs_text(plan: Plan, states: tuple[str, ...] = ()) -> str:
-    """What the plan writes and where it sums the lanes of its readouts, in words (the plan
-    stage's "what the plan does"); ``states``: the recurrence's states, to name those it
-    leaves out."""
-    kept = ", ".join(plan.stored)
-    dropped = [s for s in states if s not in plan.stored]
-    lines = [f"scan.store: the kernels write {kept}"
-             + (f"; the states {', '.join(dropped)} are never written to memory (nobody asked "
-                "for them: outputs='all' stores them)" if dropped and (
-                    plan.lane_sum is None or plan.lane_sum.fused) else "")]
-    last = [o for o in plan.stored
-            if o.endswith(LAST_SUFFIX) and o[:-len(LAST_SUFFIX)] in states]
-    if last:
-        lines.append(f"scan.store: {', '.join(last)}: the state after the last step of each "
-                     "sequence, written once by the thread that computes it")
-    if plan.segments:
-        lines.append("scan.segments: packed sequences (cu_seqlens); at each sequence start the "
-                     "leaf element becomes (0, A_t h0 + b_t): the state restarts from that "
-                     "sequence's initial state, in every tree and grid")
-    ls = plan.lane_sum
-    if ls is not None:
-        ys = ", ".join(ls.readouts)
-        B = plan.threads
-        lines.append({
-            "lanes-in-block":
-                f"scan.lane_sum (lanes-in-block): the N lanes of a channel are consecutive "
-                f"threads of a block (floor({B} / N) channels a block, so N <= {B}); after each "
-                f"warp tile every thread leaves its lane's terms in shared memory, then the "
-                f"block sums them for each (channel, step) and writes {ys}, coalesced along time",
-            "lane-loop":
-                f"scan.lane_sum (lane-loop): a block of the scan kernel takes a chunk of a whole "
-                f"channel and scans its N lanes one after another, tile by tile, each lane from "
-                f"its own state before the tile (its carry), adding the lane's terms into a "
-                f"shared-memory row of the tile; then it writes {ys} for the tile (the reduce and "
-                f"carry kernels still run per lane)",
-            "readout-kernel":
-                "scan.lane_sum (readout-kernel): the look-back scan does not sum the lanes: a "
-                "readout kernel after it reads the states back from memory"
-                + (f" (a workspace of the call: {', '.join(dropped)} not returned)"
-                   if dropped else "") + f" and writes {ys}",
-        }[ls.scheme])
-    return "\n".join("  " + line for line in lines)
 
 
 def write_plan(plan: Plan, readout_loc: Any = None) -> None:
@@ -304,7 +275,8 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
                          "fill": float(g.fill), "unchunked_from": float(g.unchunked_from)})
     if plan.lookback is not None:
         scan.create("lookback", {"lanes": plan.lookback.lanes,
-                                 "tiles_per_lane": plan.lookback.tiles_per_lane})
+                                 "tiles_per_lane": plan.lookback.tiles_per_lane,
+                                 "elements": plan.lookback.elements})
     scan.create("store", {"outputs": list(plan.stored)})
     if plan.segments:
         scan.create("segments", {"argument": SEGMENT_MARKS, "reset": "leaf"})
@@ -453,7 +425,10 @@ def _lookback_from(raw: Any) -> Lookback | None:
         return None
     if not isinstance(raw, dict):
         raise TypeError("a plan's lookback is a JSON object")
-    return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]))
+    missing = [k for k in ("lanes", "tiles_per_lane", "elements") if k not in raw]
+    if missing:
+        raise ValueError(f"a plan's lookback lacks {', '.join(missing)}")
+    return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]), int(raw["elements"]))
 
 
 def _check_lookback(plan: Plan) -> None:
@@ -467,6 +442,13 @@ def _check_lookback(plan: Plan) -> None:
         if look.lanes != LOOKBACK_LANES or not 1 <= t <= 16 or t & (t - 1):
             raise ValueError(f"a look-back of {look.lanes} lanes x {t} tiles is not one the "
                              "lowering implements (a warp of 32, 1 to 16 tiles a lane)")
+        e = look.elements
+        if not 1 <= e <= 16 or e & (e - 1) or e % plan.vector_width:
+            raise ValueError(f"a look-back tile of {e} elements a thread is not one the "
+                             "lowering implements (a power of two up to 16, whole vectors)")
+        if plan.grid.tile != plan.threads * e:
+            raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
+                             f"{plan.threads} threads x {e} elements")
 
 
 def plan_ir(module_text: str) -> Plan:

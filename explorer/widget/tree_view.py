@@ -164,7 +164,7 @@ class TreeView(View):
                      f"thread aggregates (work = {picture.work} combines, depth = "
                      f"{picture.depth} levels{rest})")
         timing = (f"; the pass took {seconds_text(plan_seconds)}" if plan_seconds else "")
-        from explorer.passes.plan import outputs_text
+        from explorer.passes.outputs import outputs_text
 
         # what the kernels write, and where a readout sums the lanes (scan.store, scan.lane_sum)
         stored = "<br>".join(html.escape(line.strip())

@@ -87,3 +87,28 @@ def test_reset_is_for_workspaces_only():
     next(a for a in kernels[1]["args"] if a["role"] == "output")["reset"] = True
     with pytest.raises(ArtifactError, match="is reset but is not a workspace"):
         parse_kernels(kernels)
+
+
+@pytest.mark.parametrize("bad", [0, 3, 32, True, "many", 2.0, None])
+def test_bad_lookback_elements_are_refused(bad: object) -> None:
+    from explorer.codegen.options import validate
+    from explorer.errors import OptionError
+
+    with pytest.raises(OptionError, match="lookback_elements"):
+        validate(lookback_elements=bad)
+    with pytest.raises(OptionError, match="lookback_elements 2 is less than vector_width 4"):
+        validate(lookback_elements=2, vector_width=4)
+
+
+def test_the_lookback_kernel_has_a_tile_of_its_own():
+    """Whole sequences run the plain kernel's 8 elements a thread, tiles the look-back kernel's
+    16: the contract's chunk rule and the kernels' shared memory follow each."""
+    c = ex.compile(AFFINE, target="cuda", strategy="blelloch", grid="lookback")
+    assert c.scan_plan.elements == 8 and c.scan_plan.lookback.elements == 16
+    whole, tiles = parse_kernels([dict(k, ptx="kernel.ptx") for k in c.kernels])
+    rule = next(a.chunk_rule for a in tiles.args if a.chunk_rule is not None)
+    assert rule.tile == 128 * 16
+    # the look-back kernel's stage holds 2048 floats (padded) a buffer, the plain one's 1024
+    module = c.stages["scan-lower"].text
+    assert "memref<2112xf32, #gpu.address_space<workgroup>>" in module
+    assert "memref<1056xf32, #gpu.address_space<workgroup>>" in module

@@ -43,7 +43,7 @@ def test_every_tree_runs_every_preset_cut_into_tiles_on_the_cpu(tree, preset, gr
     # two sequences of 700 steps, 32 x 2 tiles: one tile a block (look-back) or chunks of one
     # tile (reduce, carry, rescan)
     c = ex.compile(text, target="cpu", strategy=tree, block_size=32, elements_per_thread=2,
-                   chunk_tiles=1, grid=grid, lookback_tiles=4)
+                   chunk_tiles=1, grid=grid, lookback_tiles=4, lookback_elements=2)
     assert c.scan_plan.grid.scheme == grid
     rule = c.contract[0].args[-1].chunk_rule
     assert rule is not None and choose_time_chunk(rule, 2, 4, 700, CPU_MACHINE) == 64
@@ -114,6 +114,9 @@ def test_warp_shuffle_tree_joins_its_warps_on_the_cpu(grid, block_size):
     phases = [sw.phase for sw in c.scan_plan.sweeps]
     assert phases == ["shuffle"] * 5 + ["warps"]
     assert c.scan_plan.sweeps[-1].active == block_size // 32
+    if grid == "lookback":   # "auto": twice the plain kernel's elements for a scalar state
+        assert c.scan_plan.lookback.elements == 4
+        assert c.scan_plan.grid.tile == block_size * 4
     for C, L in ((3, 1000), (1, 5000), (2, 37)):
         arrays = _inputs(AFFINE, C, L, seed=L)
         out, ref = c(**arrays), ex.reference(AFFINE, **arrays)

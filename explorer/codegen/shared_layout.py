@@ -1,0 +1,59 @@
+"""The workgroup (shared-memory) arrays of each kernel of a tree plan, and what they hold: the
+stage buffers of a tile, the aggregate buffers of the block tree, and with a lane loop the rows
+the lanes share and one row per term of the sums over n. The kernel specs
+(:mod:`explorer.codegen.kernels`) size the kernels from here, and the kernels bind their arrays
+in the same order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from explorer.codegen.emit import Algebra
+from explorer.codegen.gen import scan_io
+from explorer.codegen.hoist import ChannelSplit, split_channel
+from explorer.codegen.lower_grid import blelloch_shapes
+from explorer.codegen.lower_sequential import seq_layout
+from explorer.codegen.options import Options
+
+
+def lane_loop_split(form: Any, plan: Any) -> ChannelSplit | None:
+    """What the lane loop of a chunked tree plan's scan kernel reads per lane and per channel
+    (None: no lane loop)."""
+    if plan.tree == "none" or plan.lane_sum is None or not plan.lane_sum.fused:
+        return None
+    return split_channel(form, scan_io(form, plan.stored, plan.lane_sum).lane_terms)
+
+
+def stage_counts(form: Any, options: Options, plan: Any) -> dict[str, int]:
+    alg = Algebra(form.A)
+    coeff = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
+    io = scan_io(form, plan.stored, plan.lane_sum)
+    split = lane_loop_split(form, plan)
+    scan = max(1, len(split.lane_inputs if split is not None else io.inputs), len(io.outputs))
+    return {"scan": scan, "lookback": scan,
+            "reduce": max(1, len([n for n in form.inputs if n in coeff])),
+            "carry": max(alg.width, alg.S)}
+
+
+def tile_steps(options: Options, plan: Any, role: str) -> int:
+    """Steps of one tile of the kernel of ``role``."""
+    return plan.grid.tile if role == "lookback" else options.tile
+
+
+def shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[int]:
+    """Sizes (floats) of the workgroup arrays of the kernel of ``role``: for the trees, the
+    stage buffers, the aggregate buffers, and with a lane loop one row of the tile per term
+    of the sums over n."""
+    if role == "readout":
+        return []
+    if options.strategy == "sequential":
+        return [seq_layout(form, options, plan.stored, plan.lane_sum).floats]
+    shapes = blelloch_shapes(options, plan.grid.scheme,
+                             plan.lookback.elements if role == "lookback" else None)
+    count = stage_counts(form, options, plan)[role]
+    sizes = [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
+    split = lane_loop_split(form, plan) if role == "scan" else None
+    if split is not None:
+        # what the lanes share (a row of the tile each), then a row per lane term
+        sizes += [shapes.stage] * (len(split.channel_staged) + len(split.terms))
+    return sizes
