@@ -41,6 +41,16 @@ CHIP_PTX = {
     "sm_120": 87, "sm_120a": 87, "sm_121": 88, "sm_121a": 88,
 }
 
+#: the lowest PTX ISA version with ``nanosleep``, which the look-back walk backs off with (LLVM's
+#: NVPTX backend cannot select it for the older versions that sm_70 and sm_72 declare)
+LOOKBACK_MIN_PTX = 63
+
+
+def lookback_supported(chip: str) -> bool:
+    """Whether the PTX written for ``chip`` can hold the look-back kernel."""
+    return CHIP_PTX[chip] >= LOOKBACK_MIN_PTX
+
+
 #: the widest tile access (``vector_width``) in elements: 8 float32 workspace elements are 32
 #: bytes, two 16-byte accesses on NVIDIA GPUs
 VECTOR_MAX = 8
@@ -68,11 +78,11 @@ class Options:
     reverse: bool = False
     #: the grid level of a tree plan (one of GRIDS). "auto": the plan takes the look-back scan
     #: where its packed protocol applies (a scalar first-order state), the chunked scan
-    #: otherwise. Measured on an H100 (scanweaver bench, fp32 affine scan), the look-back grid
-    #: leads for few long sequences (0.60 to 0.62 of a copy at 1 x 2^26, 16 x 2^20, 64 x 2^18,
-    #: against 0.55 to 0.57) but trails at 4096 x 2^10, 1024 x 2^14 and 4 x 2^24, so the
-    #: chunked scan stays the default
-    grid: str = "chunked"
+    #: otherwise. Measured on an H100 (scanweaver bench, fp32 affine scan, 16 elements a thread
+    #: in the look-back kernel), the look-back grid reaches 0.73 to 0.77 of a copy for few long
+    #: sequences, against 0.55 to 0.57 for the chunked grid, and runs many sequences in the same
+    #: plain kernel as the chunked grid
+    grid: str = "auto"
     #: tiles each lane of the look-back warp examines per round trip (the window is 32 times
     #: this): the walk keeps up with the tiles arriving only if a window spans the tiles that
     #: finish during one round trip to L2
@@ -185,6 +195,10 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     grid = options.get("grid", defaults.grid)
     if grid not in GRIDS:
         raise OptionError(f"unknown grid {grid!r}; choose one of {', '.join(GRIDS)}")
+    if grid == "lookback" and not lookback_supported(chip):
+        raise OptionError(f"grid 'lookback' needs PTX ISA {LOOKBACK_MIN_PTX / 10:.1f} "
+                          f"(nanosleep); the PTX for {chip} declares "
+                          f"{CHIP_PTX[chip] / 10:.1f}: choose grid 'chunked' or a later chip")
     lookback_tiles = _power_of_two(options.get("lookback_tiles", defaults.lookback_tiles),
                                    "lookback_tiles", 1, 16)
     lookback_elements = options.get("lookback_elements", defaults.lookback_elements)

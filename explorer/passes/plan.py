@@ -211,11 +211,15 @@ def grid_scheme(form: Any, options: Any) -> str:
     plan of a scalar first-order state (its tiles publish through the packed protocol of
     :mod:`explorer.codegen.lower_lookback`, one load a round), the chunked scan for the rest
     (vector states, whose readouts the chunked grid sums in the scan kernel, and states of
-    several components)."""
+    several components) and for chips whose PTX cannot hold the look-back kernel (sm_70,
+    sm_72)."""
+    from explorer.codegen.options import lookback_supported
+
     if options.grid != "auto":
         return str(options.grid)
     scalar = not form.vector and tuple(form.A.shape) == (1, 1)
-    return "lookback" if options.strategy in TREES and scalar else "chunked"
+    fits = options.strategy in TREES and scalar and lookback_supported(options.chip)
+    return "lookback" if fits else "chunked"
 
 
 def lookback_elements(form: Any, options: Any) -> int:

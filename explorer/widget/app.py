@@ -115,7 +115,8 @@ class Explorer(widgets.VBox):
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
                  strategy: str = "blelloch", block_size: int | None = None,
                  elements_per_thread: int | None = None, chip: str = "sm_90",
-                 dtype: str = "float32", reverse: bool = False, grid: str = "chunked") -> None:
+                 dtype: str = "float32", reverse: bool = False, grid: str | None = None
+                 ) -> None:
         from explorer.codegen.options import GRIDS, Options, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
@@ -133,6 +134,8 @@ class Explorer(widgets.VBox):
             grid = opts.get("grid", "chunked")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
+        if grid is None:
+            grid = defaults.grid
         if block_size is None:
             block_size = defaults.block_size
         if elements_per_thread is None:

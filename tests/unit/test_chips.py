@@ -85,3 +85,17 @@ def test_the_widget_says_why_the_report_is_absent(monkeypatch: pytest.MonkeyPatc
     header = w.ptx_view.header.value
     assert "No ptxas report" in header and "ptxas was not found" in header
     assert ".entry" in w.ptx_view.code.value
+
+
+@pytest.mark.parametrize("chip", [c for c in CHIP_PTX if CHIP_PTX[c] < 63])
+def test_chips_without_nanosleep_take_the_chunked_grid(chip: str) -> None:
+    """The look-back walk backs off with nanosleep (PTX ISA 6.3): "auto" takes the chunked grid
+    on older chips, and asking for the look-back grid there is refused before any compile."""
+    from explorer.errors import OptionError
+
+    c = ex.compile(AFFINE, target="cuda", chip=chip, cache=False)
+    assert c.scan_plan.grid.scheme == "chunked"
+    with pytest.raises(OptionError, match="nanosleep"):
+        ex.compile(AFFINE, target="cuda", chip=chip, grid="lookback", cache=False)
+    assert ex.compile(AFFINE, target="cuda", chip="sm_80", cache=False
+                      ).scan_plan.grid.scheme == "lookback"
