@@ -392,7 +392,8 @@ def _check_vector(plan: Plan) -> None:
 
     v = plan.vector_width
     if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1) or (
-            v > VECTOR_MAX or plan.elements % v or (plan.tree not in TREES and v != 1)):
+            v > VECTOR_MAX or plan.elements % v or (plan.tree not in TREES and v != 1)
+            or (plan.lookback is not None and plan.lookback.elements % v)):
         raise ValueError(f"a wide access of {v!r} elements is not one the lowering implements "
                          f"for {plan.elements} elements a thread (a power of two up to "
                          f"{VECTOR_MAX} that divides them; 1 for a sequential plan)")
@@ -447,9 +448,9 @@ def _check_lookback(plan: Plan) -> None:
             raise ValueError(f"a look-back of {look.lanes} lanes x {t} tiles is not one the "
                              "lowering implements (a warp of 32, 1 to 16 tiles a lane)")
         e = look.elements
-        if not 1 <= e <= 16 or e & (e - 1) or e % plan.vector_width:
+        if not 1 <= e <= 16 or e & (e - 1):
             raise ValueError(f"a look-back tile of {e} elements a thread is not one the "
-                             "lowering implements (a power of two up to 16, whole vectors)")
+                             "lowering implements (a power of two up to 16)")
         if plan.grid.tile != plan.threads * e:
             raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
                              f"{plan.threads} threads x {e} elements")

@@ -99,7 +99,8 @@ def test_tile_too_large_for_shared_memory() -> None:
 # -- IR text ------------------------------------------------------------------------------------
 def test_blelloch_cuda_ir() -> None:
     built = build_module(form_of(SCALAR), validate("blelloch", "cuda", block_size=256,
-                                                   elements_per_thread=4, chunk_tiles=16))
+                                                   elements_per_thread=4, chunk_tiles=16,
+                                                   grid="chunked"))
     t = built.text
     check_order(t, "gpu.container_module", "gpu.module @scanweaver_kernels",
                 "gpu.func @scanweaver_blelloch_reduce(", "workgroup(", "kernel",
@@ -245,7 +246,8 @@ def test_kernel_grid_rule() -> None:
     from explorer.codegen.kernels import kernel_specs
     from explorer.runtime.contract import parse_kernels
 
-    o = validate("blelloch", "cuda", block_size=32, elements_per_thread=2, chunk_tiles=4)
+    o = validate("blelloch", "cuda", block_size=32, elements_per_thread=2, chunk_tiles=4,
+                 grid="chunked")
     form = form_of(SCALAR)
     args = kernel_args(form, o)
     reduce, carry, scan = parse_kernels([dict(k.manifest(), args=args)
@@ -339,7 +341,7 @@ def _few_spills(ptx: str, name: str, info: dict[str, Any]) -> None:
 @pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
 @pytest.mark.parametrize("text", [SCALAR, MAMBA, COMPANION])
 def test_ptxas_accepts(text: str, strategy: str) -> None:
-    o = validate(strategy, "cuda", block_size=128)
+    o = validate(strategy, "cuda", block_size=128, grid="chunked")
     lowered = lower(build_module(form_of(text), o), o)
     assert lowered.ptx is not None
     info = ptxas_info(lowered.ptx, o.chip)

@@ -432,9 +432,12 @@ def test_the_length_box_is_plain_for_inputs_indexed_by_time() -> None:
 def test_the_grid_box_compiles_the_lookback_plan() -> None:
     """The grid of a tree plan is a control: look-back shows its plan ops and its kernel, and
     the sequential plan, which has no grid to choose, greys the box out."""
-    # tiles of 64 steps: the run below (2 channels x 700 steps) is cut into 11 tiles a sequence
+    # look-back tiles of 32 x 4 steps: the run below (2 channels x 700 steps) is cut into 6
+    # tiles a sequence
     widget = Explorer(AFFINE, target="cpu", block_size=32, elements_per_thread=2)
-    assert widget.options()["grid"] == "chunked"
+    assert widget.options()["grid"] == "auto"
+    widget.grid.value = "chunked"
+    assert widget.error is None and widget.compiled.scan_plan.grid.scheme == "chunked"
     widget.grid.value = "lookback"
     assert widget.error is None, widget.error_box.value
     c = widget.compiled
@@ -442,7 +445,7 @@ def test_the_grid_box_compiles_the_lookback_plan() -> None:
     assert any(k["name"].endswith("_lookback") for k in c.kernels)
     widget.show_tab("Scan tree")
     info = _visible_text(widget.tree_view.info.value)
-    assert "tiles of 64 steps" in info and "32 a round trip" in html.unescape(info)
+    assert "tiles of 128 steps" in info and "32 a round trip" in html.unescape(info)
     assert '"scan.lookback"' in html.unescape(_visible_text(widget.tree_view.ops.value))
     widget.run.length.value = 700
     widget.run.channels.value = 2
