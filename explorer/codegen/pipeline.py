@@ -307,10 +307,12 @@ def _deferring_to(steps: list[Step], options: Options, printer: IRPrinter | None
 
 
 def _backend_beside(module: Module, step: Step, rec: _Records, ctx: Any,
-                    diagnostics: list[str]) -> float:
+                    diagnostics: list[str], meanwhile: Callable[[], None] | None
+                    ) -> tuple[float, bool, BaseException | None]:
     """Run the backend ``step`` in a thread of its own with the GIL released, recording the
-    passes before it meanwhile; the backend's time. The time ends when the thread takes the
-    GIL back, which the recording holds at most one printed module long."""
+    passes before it meanwhile, then calling ``meanwhile``; the backend's time, whether
+    ``meanwhile`` was called and what it raised. The time ends when the thread takes the GIL
+    back, which the recording holds at most one printed module long."""
     inner = PassManager.parse(step.pipeline)
     inner.enable_verifier(False)   # the module is printed after it, which verifies it
     outcome: dict[str, Any] = {}
@@ -330,12 +332,18 @@ def _backend_beside(module: Module, step: Step, rec: _Records, ctx: Any,
         rec.settle()
         t0 = time.perf_counter()
         inner.run(module.operation)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, False, None
+    late: BaseException | None = None
     with nogil.Diagnostics(ctx) as seen:
         worker = threading.Thread(target=backend, name="scanweaver-backend", daemon=True)
         worker.start()
         try:
             rec.settle()
+            if meanwhile is not None:
+                try:
+                    meanwhile()
+                except Exception as err:   # the caller's: raised by it, not as the backend's
+                    late = err
         finally:
             worker.join()
     diagnostics.extend(seen.lines)
@@ -343,12 +351,15 @@ def _backend_beside(module: Module, step: Step, rec: _Records, ctx: Any,
         raise outcome["error"]
     if not outcome["ok"]:
         raise RuntimeError(f"{step.name} failed")
-    return float(outcome["seconds"])
+    return float(outcome["seconds"]), meanwhile is not None, late
 
 
-def lower(built: BuiltModule | str, options: Options,
-          steps: list[Step] | None = None) -> Lowered:
-    """Run the pipeline of ``options.target`` pass by pass on the module text of ``built``."""
+def lower(built: BuiltModule | str, options: Options, steps: list[Step] | None = None,
+          meanwhile: Callable[[], None] | None = None) -> Lowered:
+    """Run the pipeline of ``options.target`` pass by pass on the module text of ``built``.
+
+    ``meanwhile``: work of the caller's that our passes made possible, done while the NVPTX
+    backend runs (else once the passes have run); what it raises is raised as it is."""
     text = built if isinstance(built, str) else built.text
     steps = steps if steps is not None else (
         cuda_steps(options) if options.target == "cuda" else cpu_steps(options))
@@ -382,6 +393,7 @@ def lower(built: BuiltModule | str, options: Options,
             except OSError:
                 printer = None
         rec = _Records(text, printer)
+        late: BaseException | None = None
         backend = _deferring_to(steps, options, printer)
         try:
             for i, step in enumerate(steps):
@@ -389,7 +401,9 @@ def lower(built: BuiltModule | str, options: Options,
                 try:
                     printed: str | None = None
                     if i == backend:
-                        seconds = _backend_beside(module, step, rec, ctx, diagnostics)
+                        seconds, done, late = _backend_beside(module, step, rec, ctx,
+                                                              diagnostics, meanwhile)
+                        meanwhile = None if done else meanwhile
                         printed = _checked(rec.print(module.operation), module, step)
                     elif step.run is not None:
                         pm = PassManager()
@@ -418,6 +432,8 @@ def lower(built: BuiltModule | str, options: Options,
                     rec.settle()
                     raise _fail(f"pass {step.name} failed", step, diag, rec.before,
                                 options) from None
+                if late is not None:
+                    raise late
                 if i < backend:
                     rec.defer(step, seconds, module)
                 else:
@@ -430,6 +446,8 @@ def lower(built: BuiltModule | str, options: Options,
         finally:
             if printer is not None:
                 printer.close()
+        if meanwhile is not None:
+            meanwhile()
         records, before = rec.records, rec.before
         ptx = _ptx_of(module) if options.target == "cuda" else None
         if options.target == "cpu":
