@@ -345,13 +345,26 @@ def _backend_beside(module: Module, step: Step, rec: _Records, ctx: Any,
                 except Exception as err:   # the caller's: raised by it, not as the backend's
                     late = err
         finally:
-            worker.join()
+            _wait_for(worker)
     diagnostics.extend(seen.lines)
     if "error" in outcome:
         raise outcome["error"]
     if not outcome["ok"]:
         raise RuntimeError(f"{step.name} failed")
     return float(outcome["seconds"]), meanwhile is not None, late
+
+
+def _wait_for(worker: threading.Thread) -> None:
+    """Join ``worker`` even through an interrupt (raised once it is done): the context and
+    the module it works on must outlive it."""
+    interrupted: BaseException | None = None
+    while worker.is_alive():
+        try:
+            worker.join()
+        except KeyboardInterrupt as err:
+            interrupted = err
+    if interrupted is not None:
+        raise interrupted
 
 
 def lower(built: BuiltModule | str, options: Options, steps: list[Step] | None = None,
