@@ -15,9 +15,9 @@ kernel's): the diagnostics go to a handler attached to the context.
 
 For ``cuda`` the NVPTX backend (``gpu-module-to-binary``, about half of a compile) runs in a
 thread of its own with the GIL released (:mod:`explorer.codegen.nogil`), and the passes before
-it are printed meanwhile: each of them leaves a copy of the module (a thousandth of a second,
-against ten for printing it), verified by its manager after the pass, and the copies are
-printed and recorded while the backend runs. The records are those of printing after each
+it are printed meanwhile: ours and the upstream passes that always rewrite the module each
+leave a copy of it (a thousandth of a second, against ten for printing it), verified by its
+manager after the pass, and the copies are printed and recorded while the backend runs. The records are those of printing after each
 pass: a copy that prints as the one before is a pass that changed nothing.
 
 For ``cuda`` the passes are those of ``gpu-lower-to-nvvm-pipeline`` spelled out one by one
@@ -250,7 +250,7 @@ class _Records:
         self.located: dict[str, list[int]] = {}
         self.printer = printer
         self._printed: str | None = None        # the last printed text, locations and all
-        self._pending: list[tuple[Step, float, Any]] = []
+        self._pending: list[tuple[Step, float, Any, bool]] = []
 
     def add(self, step: Step, seconds: float, printed: str | None) -> None:
         if printed is not None and printed == self._printed:
@@ -265,9 +265,13 @@ class _Records:
                                        changed, step.pipeline, self.located))
         self.before = after
 
-    def defer(self, step: Step, seconds: float, module: Module) -> None:
-        """Record ``step`` later, from a copy of the module as it is now."""
-        self._pending.append((step, seconds, module.operation.clone()))
+    def defer(self, step: Step, seconds: float, module: Module, printed: str | None) -> None:
+        """Record ``step`` later: from a copy of the module as it is now, or from ``printed``
+        where the pass has been printed (or not: ``step.rewrites`` is False, see
+        :func:`_run_upstream`)."""
+        done = not step.rewrites and step.run is None
+        self._pending.append((step, seconds, printed if done else module.operation.clone(),
+                              done))
 
     @property
     def settled_text(self) -> str:
@@ -276,14 +280,15 @@ class _Records:
         return self.before
 
     @property
-    def pending(self) -> int:
-        return len(self._pending)
+    def copies(self) -> int:
+        """How many copies of the module wait to be printed."""
+        return sum(not printed for *_, printed in self._pending)
 
     def settle(self) -> None:
         """Print the copies left by :meth:`defer` and record their passes, in order."""
         pending, self._pending = self._pending, []
-        for step, seconds, copy in pending:
-            self.add(step, seconds, self.print(copy))
+        for step, seconds, copy, printed in pending:
+            self.add(step, seconds, copy if printed else self.print(copy))
 
     def print(self, op: Any) -> str:
         """The module operation ``op`` printed with its locations by MLIR's printer."""
@@ -294,9 +299,11 @@ class _Records:
 
 def _deferring_to(steps: list[Step], options: Options, printer: IRPrinter | None) -> int:
     """The index of the NVPTX backend (``gpu-module-to-binary``) when it is run with the GIL
-    released while the passes before it are printed, else -1: the passes before it then leave
-    a copy of the module each (a thousandth of a second), verified after the pass, and are
-    printed while the backend runs."""
+    released while the passes before it are printed, else -1: ours and the upstream passes
+    that change the module in every known compile (``Step.rewrites``) then leave a copy of the
+    module each (a thousandth of a second), verified after the pass, printed while the backend
+    runs; the other upstream passes, which mostly change nothing, are printed as before only
+    where MLIR's fingerprint of the module changed, and recorded in order with the copies."""
     if options.target != "cuda" or printer is None or not nogil.available():
         return -1
     names = [s.name for s in steps]
@@ -328,7 +335,7 @@ def _backend_beside(module: Module, step: Step, rec: _Records, ctx: Any,
     # the bindings' objects of operations inside the module are not told what the backend
     # erases: there must be none but the copies (top-level operations of their own)
     live = getattr(ctx, "_get_live_count", None)
-    if live is not None and live() > 1 + rec.pending:
+    if live is not None and live() > 1 + rec.copies:
         rec.settle()
         t0 = time.perf_counter()
         inner.run(module.operation)
@@ -428,7 +435,7 @@ def lower(built: BuiltModule | str, options: Options, steps: list[Step] | None =
                             printed = (printer.print(module.operation, locations=True)
                                        if printer is not None
                                        else module.operation.get_asm(enable_debug_info=True))
-                    elif i < backend:
+                    elif i < backend and step.rewrites:
                         seconds, _ = _run_upstream(module, step, None, verified=True)
                     else:
                         seconds, printed = _run_upstream(module, step, printer)
@@ -448,7 +455,7 @@ def lower(built: BuiltModule | str, options: Options, steps: list[Step] | None =
                 if late is not None:
                     raise late
                 if i < backend:
-                    rec.defer(step, seconds, module)
+                    rec.defer(step, seconds, module, printed)
                 else:
                     rec.add(step, seconds, printed)
                 if step.name == _KERNEL_LLVM_AFTER:
