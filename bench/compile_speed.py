@@ -8,8 +8,11 @@ processes (medians over them, so that other work on the machine shows less):
 * ``uncached``: ``explorer.compile(..., cache=False)`` again in that process (the median of
   ``--repeat`` runs in each process), ``cpu`` the CPU time of that compile, and where its time
   goes: our passes (``scan-*``), the upstream passes, the NVPTX backend
-  (``gpu-module-to-binary``) and the rest (parsing, building, printing the IR after the passes,
-  the records);
+  (``gpu-module-to-binary``) and the rest (parsing, building, copying the module after each
+  pass, the passes after the backend and their records). The backend runs in a thread of its
+  own with the GIL released while the IR after the passes before it is printed and recorded,
+  so ``cpu`` may exceed ``uncached`` and the printing shows in ``rest`` only where it outlasts
+  the backend;
 * ``memory`` and ``disk``: the same compile from the in-memory cache and from the disk cache as a
   new process finds it (the entry written by the background writer).
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any
 
@@ -99,37 +98,46 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
     from explorer.passes.outputs import outputs_text
     from explorer.passes.state import ScanState
 
-    stages: OrderedDict[str, Stage] = OrderedDict()
-    stages["recurrence"] = Stage("recurrence", rec.summary(), t_parse, rec.dependence_dot())
-
     t0 = time.perf_counter()
     text = build_scan(rec)
     t_build = time.perf_counter() - t0
     state = ScanState(rec, opts)
     upstream = cuda_steps(opts) if opts.target == "cuda" else cpu_steps(opts)
-    lowered = lower(text, opts, scan_steps(state) + upstream)
+    done: dict[str, Any] = {}
+
+    def meanwhile() -> None:
+        """What our passes decided, written and drawn (while the NVPTX backend runs)."""
+        plan, built = state.plan, state.built
+        done["recurrence"] = (rec.summary(), rec.dependence_dot())
+        done["affine"] = state.form.as_text()
+        done["plan"] = (_plan_text(plan) + "\n" + outputs_text(plan, rec.states),
+                        plan.picture(PLAN_PICTURE_N).to_dot())
+        done["picture"] = plan.picture(plan.threads)
+        done["mlir"] = split_locations(text)[0]
+        done["kernels"] = [dict(k.manifest(), args=k.manifest_args(built.args))
+                           for k in built.kernels]
+
+    lowered = lower(text, opts, scan_steps(state) + upstream, meanwhile)
     passes = list(lowered.passes)
     ours = {p.name: p for p in passes[:3]}
     form, plan = state.form, state.plan
     decomposed, planned = ours["scan-decompose"], ours["scan-plan"]
-    stages["affine"] = Stage("affine", form.as_text() + "\n\n" + _scan_ops(decomposed.ir),
-                             decomposed.seconds)
-    stages["plan"] = Stage("plan", _plan_text(plan) + "\n" + outputs_text(plan, rec.states)
-                           + "\n\n" + _scan_ops(planned.ir),
-                           planned.seconds, plan.picture(PLAN_PICTURE_N).to_dot())
-    stages["mlir"] = Stage("mlir", split_locations(text)[0], t_build, kind="mlir")
+    stages = [Stage("recurrence", done["recurrence"][0], t_parse, done["recurrence"][1]),
+              Stage("affine", done["affine"] + "\n\n" + _scan_ops(decomposed.ir),
+                    decomposed.seconds),
+              Stage("plan", done["plan"][0] + "\n\n" + _scan_ops(planned.ir), planned.seconds,
+                    done["plan"][1]),
+              Stage("mlir", done["mlir"], t_build, kind="mlir")]
     back = [Stage("llvm", lowered.llvm_ir, lowered.llvm_seconds, kind="llvm")]
     if opts.target == "cuda" and lowered.ptx is not None:
         # PTX is emitted by the gpu-module-to-binary pass: its time is the PTX stage's
         to_binary = [p.seconds for p in passes if p.name.startswith("gpu-module-to-binary")]
         back.append(Stage("ptx", lowered.ptx, sum(to_binary), kind="ptx"))
-    stages = _assemble(list(stages.values()), passes, back)
-    built = state.built
-    kernels = [dict(k.manifest(), args=k.manifest_args(built.args)) for k in built.kernels]
-    return Compiled(rec, form, plan.picture(plan.threads), opts.strategy, opts.target, opt_dict,
-                    stages, passes, kernels, lowered.final_module, lowered.ptx, lowered.llvm_ir,
+    assembled = _assemble(stages, passes, back)
+    return Compiled(rec, form, done["picture"], opts.strategy, opts.target, opt_dict,
+                    assembled, passes, done["kernels"], lowered.final_module, lowered.ptx,
+                    lowered.llvm_ir,
                     _PENDING, key, scan_plan=plan)
-
 
 
 def _scan_ops(ir: str) -> str:

@@ -13,6 +13,14 @@ before it. A pass's time is the pass's alone, without the printing (or, upstream
 verifying) after it. Nothing is written to file descriptor 2 of the process (a notebook
 kernel's): the diagnostics go to a handler attached to the context.
 
+For ``cuda`` the NVPTX backend (``gpu-module-to-binary``, about half of a compile) runs in a
+thread of its own with the GIL released (:mod:`explorer.codegen.nogil`), and the passes before
+it are printed meanwhile: ours and the upstream passes that always rewrite the module each
+leave a copy of it (a thousandth of a second, against ten for printing it), verified by its
+manager after the pass, and the copies are printed and recorded while the backend runs. The
+records are those of printing after each pass: a copy that prints as the one before is a pass
+that changed nothing.
+
 For ``cuda`` the passes are those of ``gpu-lower-to-nvvm-pipeline`` spelled out one by one
 (with ``kernel-bare-ptr-calling-convention`` and the chip of the options); the PTX is the
 object of the resulting ``gpu.binary``. For ``cpu`` the module is lowered to the LLVM dialect
@@ -28,9 +36,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +47,11 @@ from mlir.dialects import gpu, llvm
 from mlir.ir import Context, Location, Module, WalkResult
 from mlir.passmanager import PassManager
 
+from explorer.codegen import nogil
 from explorer.codegen.contract import BuiltModule
 from explorer.codegen.locations import split_locations
 from explorer.codegen.options import Options
+from explorer.codegen.printer import IRPrinter, is_generic
 from explorer.codegen.records import PassRecord
 from explorer.codegen.steps import Step, cpu_steps, cuda_steps, top
 from explorer.errors import CompileError, OptionError, Reproducer
@@ -100,16 +111,17 @@ def _untranslatable(op: Any, out: set[str]) -> set[str]:
     return out
 
 
-def _check_translatable(op: Any, what: str, step: str, ir: str) -> None:
+def _check_translatable(op: Any, what: str, step: str, ir: str | Callable[[], str]) -> None:
+    """``ir``: the module's text for the error, or how to get it."""
     left = _untranslatable(op, set())
     if left:
         raise CompileError(
             f"the {what} still holds ops that LLVM IR has no translation for after the "
             f"lowering passes: {', '.join(sorted(left)[:8])} (a pass did not convert them)",
-            pass_name=step, ir_before=ir)
+            pass_name=step, ir_before=ir if isinstance(ir, str) else ir())
 
 
-def _kernel_llvm_ir(module: Module, ir: str = "") -> str:
+def _kernel_llvm_ir(module: Module, ir: str | Callable[[], str] = "") -> str:
     """LLVM IR of the device code: the gpu.module's LLVM dialect, translated."""
     parts = []
     for op in module.body.operations:
@@ -133,81 +145,6 @@ def _ptx_of(module: Module) -> str | None:
     return "\n".join(texts) if texts else None
 
 
-class _Printer:
-    """The module's text after a pass, printed by MLIR's IR printer into a private folder
-    (``tree_printing_dir_path``) and read back: the very text of ``str(module)`` (with
-    ``locations``: of ``get_asm(enable_debug_info=True)``), without handing it to Python in
-    small pieces."""
-
-    #: what the IR printer writes around the module (``printAfterIfEnabled`` in MLIR's
-    #: IRPrinting.cpp): a header line before it, two newlines after it
-    HEADER = "// -----// IR Dump After "
-    TRAILER = "\n\n"
-
-    #: free space the folder's file system must have: MLIR aborts the process when it cannot
-    #: write a file it printed to (a module prints to a few MB, each file is removed once read)
-    MIN_FREE_BYTES = 256 * 1024 * 1024
-
-    def __init__(self) -> None:
-        """Raises OSError when no folder with room enough can be made."""
-        # memory first (/dev/shm: no file system journal), then the temporary folder
-        for parent in ("/dev/shm", tempfile.gettempdir()):
-            try:
-                if (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
-                        and shutil.disk_usage(parent).free >= self.MIN_FREE_BYTES):
-                    self.root = tempfile.mkdtemp(prefix="scanweaver-ir-", dir=parent)
-                    return
-            except OSError:
-                continue
-        raise OSError("no folder with room for the IR printer")
-
-    def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def attach(self, pm: PassManager, locations: bool, only_change: bool) -> None:
-        """Print after the passes of ``pm`` (with ``only_change``: after those that changed
-        the module's fingerprint)."""
-        pm.enable_ir_printing(print_after_all=True, print_after_change=only_change,
-                              enable_debug_info=locations, tree_printing_dir_path=self.root)
-
-    def print(self, module: Module, locations: bool) -> str:
-        """The module as it is now."""
-        pm = PassManager()
-        pm.add(_leave_alone, "print")
-        pm.enable_verifier(False)
-        self.attach(pm, locations, only_change=False)
-        pm.run(module.operation)
-        text = self.take()
-        if text is None:
-            raise RuntimeError("MLIR's IR printer printed nothing")
-        return text
-
-    def take(self) -> str | None:
-        """The text printed since the last call, None if nothing was."""
-        dumps = [os.path.join(folder, name)
-                 for folder, _, names in os.walk(self.root) for name in names]
-        if not dumps:
-            return None
-        if len(dumps) != 1:
-            raise RuntimeError(f"MLIR's IR printer wrote {len(dumps)} files for one pass")
-        with open(dumps[0], encoding="utf-8", newline="") as f:
-            dump = f.read()
-        os.unlink(dumps[0])
-        header, _, text = dump.partition("\n")
-        if not header.startswith(self.HEADER) or not text.endswith(self.TRAILER):
-            raise RuntimeError("MLIR's IR printer wrote an unexpected frame around the IR")
-        return text[:-len(self.TRAILER)]
-
-
-#: how a module that fails to verify is printed (MLIR's printer falls back to the generic form)
-_GENERIC_MODULE = '"builtin.module"()'
-
-
-def _leave_alone(op: Any, pass_: Any) -> None:
-    """A pass that changes nothing, for the IR printer to print the module after it."""
-    del op, pass_
-
-
 def _load_dialects(steps: list[Step]) -> bool:
     """Register and load the dialects the upstream passes of ``steps`` depend on, by running
     them all once on an empty module; False when that fails.
@@ -227,18 +164,8 @@ def _load_dialects(steps: list[Step]) -> bool:
     return True
 
 
-def _generic(printed: str) -> bool:
-    """Whether ``printed`` holds the module in the generic form (after its alias definitions)."""
-    start = 0
-    while printed.startswith(("#", "!"), start):
-        start = printed.find("\n", start) + 1
-        if start == 0:
-            return False
-    return printed.startswith(_GENERIC_MODULE, start)
-
-
-def _run_upstream(module: Module, step: Step, printer: _Printer | None
-                  ) -> tuple[float, str | None]:
+def _run_upstream(module: Module, step: Step, printer: IRPrinter | None,
+                  verified: bool = False) -> tuple[float, str | None]:
     """Run an upstream pass: its time, and the IR after it with its locations, None when the
     pass did not change the module.
 
@@ -250,9 +177,10 @@ def _run_upstream(module: Module, step: Step, printer: _Printer | None
     printer verifies what it prints, which stands for the manager's verifier after the pass: a
     module that fails is printed in the generic form, and then verified again to raise the
     diagnostics. Without a ``printer`` (see :func:`lower`) the pass runs alone, verified by its
-    manager, and the module is printed by Python."""
+    manager, and the module is printed by Python; ``verified``: the outer manager verifies the
+    module after the pass, which is not printed (None: printed later from a copy)."""
     inner = PassManager.parse(step.pipeline)
-    if printer is None:
+    if printer is None and not verified:
         t0 = time.perf_counter()
         inner.run(module.operation)
         seconds = time.perf_counter() - t0
@@ -275,8 +203,9 @@ def _run_upstream(module: Module, step: Step, printer: _Printer | None
 
     outer = PassManager()
     outer.add(timed, step.name)
-    outer.enable_verifier(False)
-    printer.attach(outer, locations=True, only_change=not step.rewrites)
+    outer.enable_verifier(verified)
+    if printer is not None and not verified:
+        printer.attach(outer, locations=True, only_change=not step.rewrites)
     try:
         outer.run(module.operation)
     except Exception:
@@ -284,11 +213,18 @@ def _run_upstream(module: Module, step: Step, printer: _Printer | None
             raise
     if isinstance(outcome[0], Exception):
         raise outcome[0]
-    printed = printer.take()
-    if printed is not None and _generic(printed):
+    if printer is None or verified:
+        return outcome[0], None
+    return outcome[0], _checked(printer.take(), module, step)
+
+
+def _checked(printed: str | None, module: Module, step: Step) -> str | None:
+    """``printed``, the module after ``step``, unless the printer fell back to the generic
+    form: then the verifier's diagnostics are raised."""
+    if printed is not None and is_generic(printed):
         module.operation.verify()   # raises the verifier's diagnostics
         raise RuntimeError(f"the module after {step.name} did not print in its custom form")
-    return outcome[0], printed
+    return printed
 
 
 def _find_scan_module() -> None:
@@ -304,13 +240,150 @@ def _find_scan_module() -> None:
         mlir_globals.append_dialect_search_prefix("explorer.dialect")
 
 
-def lower(built: BuiltModule | str, options: Options,
-          steps: list[Step] | None = None) -> Lowered:
-    """Run the pipeline of ``options.target`` pass by pass on the module text of ``built``."""
+class _Records:
+    """The pass records as the passes come, each from the module printed after it (``None``
+    when the pass did not change it); passes before the backend may leave a copy of the module
+    to be printed later (:meth:`defer`, :meth:`settle`)."""
+
+    def __init__(self, text: str, printer: IRPrinter | None) -> None:
+        self.records: list[PassRecord] = []
+        self.before = text                      # the shown text after the last pass recorded
+        self.located: dict[str, list[int]] = {}
+        self.printer = printer
+        self._printed: str | None = None        # the last printed text, locations and all
+        self._pending: list[tuple[Step, float, Any, bool]] = []
+
+    def add(self, step: Step, seconds: float, printed: str | None) -> None:
+        if printed is not None and printed == self._printed:
+            printed = None                      # printed again, the same: nothing changed
+        if printed is None:        # the pass changed nothing: nor its locations
+            after = self.before
+        else:
+            after, self.located = split_locations(printed)
+            self._printed = printed
+        changed = after != self.before
+        self.records.append(PassRecord(step.name, after if changed else self.before, seconds,
+                                       changed, step.pipeline, self.located))
+        self.before = after
+
+    def defer(self, step: Step, seconds: float, module: Module, printed: str | None) -> None:
+        """Record ``step`` later: from a copy of the module as it is now, or from ``printed``
+        where the pass has been printed (or not: ``step.rewrites`` is False, see
+        :func:`_run_upstream`)."""
+        done = not step.rewrites and step.run is None
+        self._pending.append((step, seconds, printed if done else module.operation.clone(),
+                              done))
+
+    @property
+    def settled_text(self) -> str:
+        """The shown text after the last pass, the copies left before printed first."""
+        self.settle()
+        return self.before
+
+    @property
+    def copies(self) -> int:
+        """How many copies of the module wait to be printed."""
+        return sum(not printed for *_, printed in self._pending)
+
+    def settle(self) -> None:
+        """Print the copies left by :meth:`defer` and record their passes, in order."""
+        pending, self._pending = self._pending, []
+        for step, seconds, copy, printed in pending:
+            self.add(step, seconds, copy if printed else self.print(copy))
+
+    def print(self, op: Any) -> str:
+        """The module operation ``op`` printed with its locations by MLIR's printer."""
+        if self.printer is None:
+            raise RuntimeError("no IR printer for the copies of the module")
+        return self.printer.print(op, locations=True)
+
+
+def _deferring_to(steps: list[Step], options: Options, printer: IRPrinter | None) -> int:
+    """The index of the NVPTX backend (``gpu-module-to-binary``) when it is run with the GIL
+    released while the passes before it are printed, else -1: ours and the upstream passes
+    that change the module in every known compile (``Step.rewrites``) then leave a copy of the
+    module each (a thousandth of a second), verified after the pass, printed while the backend
+    runs; the other upstream passes, which mostly change nothing, are printed as before only
+    where MLIR's fingerprint of the module changed, and recorded in order with the copies."""
+    if options.target != "cuda" or printer is None or not nogil.available():
+        return -1
+    names = [s.name for s in steps]
+    if "gpu-module-to-binary" not in names:
+        return -1
+    at = names.index("gpu-module-to-binary")
+    return at if steps[at].run is None else -1
+
+
+def _backend_beside(module: Module, step: Step, rec: _Records, ctx: Any,
+                    diagnostics: list[str], meanwhile: Callable[[], None] | None
+                    ) -> tuple[float, bool, BaseException | None]:
+    """Run the backend ``step`` in a thread of its own with the GIL released, recording the
+    passes before it meanwhile, then calling ``meanwhile``; the backend's time, whether
+    ``meanwhile`` was called and what it raised. The time ends when the thread takes the GIL
+    back, which the recording holds at most one printed module long."""
+    inner = PassManager.parse(step.pipeline)
+    inner.enable_verifier(False)   # the module is printed after it, which verifies it
+    outcome: dict[str, Any] = {}
+
+    def backend() -> None:
+        t0 = time.perf_counter()
+        try:
+            outcome["ok"] = nogil.run_released(inner, module.operation)
+        except BaseException as err:   # noqa: BLE001 - raised again by the pipeline's thread
+            outcome["error"] = err
+        outcome["seconds"] = time.perf_counter() - t0
+
+    # the bindings' objects of operations inside the module are not told what the backend
+    # erases: there must be none but the copies (top-level operations of their own)
+    live = getattr(ctx, "_get_live_count", None)
+    if live is not None and live() > 1 + rec.copies:
+        rec.settle()
+        t0 = time.perf_counter()
+        inner.run(module.operation)
+        return time.perf_counter() - t0, False, None
+    late: BaseException | None = None
+    with nogil.Diagnostics(ctx) as seen:
+        worker = threading.Thread(target=backend, name="scanweaver-backend", daemon=True)
+        worker.start()
+        try:
+            rec.settle()
+            if meanwhile is not None:
+                try:
+                    meanwhile()
+                except Exception as err:   # the caller's: raised by it, not as the backend's
+                    late = err
+        finally:
+            _wait_for(worker)
+    diagnostics.extend(seen.lines)
+    if "error" in outcome:
+        raise outcome["error"]
+    if not outcome["ok"]:
+        raise RuntimeError(f"{step.name} failed")
+    return float(outcome["seconds"]), meanwhile is not None, late
+
+
+def _wait_for(worker: threading.Thread) -> None:
+    """Join ``worker`` even through an interrupt (raised once it is done): the context and
+    the module it works on must outlive it."""
+    interrupted: BaseException | None = None
+    while worker.is_alive():
+        try:
+            worker.join()
+        except KeyboardInterrupt as err:
+            interrupted = err
+    if interrupted is not None:
+        raise interrupted
+
+
+def lower(built: BuiltModule | str, options: Options, steps: list[Step] | None = None,
+          meanwhile: Callable[[], None] | None = None) -> Lowered:
+    """Run the pipeline of ``options.target`` pass by pass on the module text of ``built``.
+
+    ``meanwhile``: work of the caller's that our passes made possible, done while the NVPTX
+    backend runs (else once the passes have run); what it raises is raised as it is."""
     text = built if isinstance(built, str) else built.text
     steps = steps if steps is not None else (
         cuda_steps(options) if options.target == "cuda" else cpu_steps(options))
-    records: list[PassRecord] = []
     diagnostics: list[str] = []
     llvm_ir = ""
     llvm_seconds = 0.0
@@ -332,29 +405,39 @@ def lower(built: BuiltModule | str, options: Options,
         except Exception as err:   # MLIRError: the text does not parse or verify
             step = Step("parse", top(""))
             raise _fail("the module does not parse", step, str(err), text, options) from None
-        before = text
         # MLIR prints into a folder of ours once the dialects are loaded; where either cannot
         # be, every pass runs alone and Python prints the module after it
-        printer: _Printer | None = None
+        printer: IRPrinter | None = None
         if _load_dialects(steps):
             try:
-                printer = _Printer()
+                printer = IRPrinter()
             except OSError:
                 printer = None
+        rec = _Records(text, printer)
+        late: BaseException | None = None
+        backend = _deferring_to(steps, options, printer)
         try:
-            located: dict[str, list[int]] = {}
-            for step in steps:
+            for i, step in enumerate(steps):
                 diagnostics.clear()
                 try:
-                    if step.run is not None:
+                    printed: str | None = None
+                    if i == backend:
+                        seconds, done, late = _backend_beside(module, step, rec, ctx,
+                                                              diagnostics, meanwhile)
+                        meanwhile = None if done else meanwhile
+                        printed = _checked(rec.print(module.operation), module, step)
+                    elif step.run is not None:
                         pm = PassManager()
                         pm.add(step.run, step.name)
                         t0 = time.perf_counter()
                         pm.run(module.operation)
                         seconds = time.perf_counter() - t0
-                        printed: str | None = (
-                            printer.print(module, locations=True) if printer is not None
-                            else module.operation.get_asm(enable_debug_info=True))
+                        if i >= backend:
+                            printed = (printer.print(module.operation, locations=True)
+                                       if printer is not None
+                                       else module.operation.get_asm(enable_debug_info=True))
+                    elif i < backend and step.rewrites:
+                        seconds, _ = _run_upstream(module, step, None, verified=True)
                     else:
                         seconds, printed = _run_upstream(module, step, printer)
                 except OptionError:
@@ -362,27 +445,31 @@ def lower(built: BuiltModule | str, options: Options,
                 except CompileError as err:
                     if err.reproducer is not None:
                         raise
+                    rec.settle()
                     message = str(err).split("\n")[0]
-                    raise _fail(message, step, err.diagnostics, before, options) from None
+                    raise _fail(message, step, err.diagnostics, rec.before, options) from None
                 except Exception as err:
                     diag = "\n".join([*diagnostics, f"{type(err).__name__}: {err}"])
-                    raise _fail(f"pass {step.name} failed", step, diag, before,
+                    rec.settle()
+                    raise _fail(f"pass {step.name} failed", step, diag, rec.before,
                                 options) from None
-                if printed is None:        # the pass changed nothing: nor its locations
-                    after = before
+                if late is not None:
+                    raise late
+                if i < backend:
+                    rec.defer(step, seconds, module, printed)
                 else:
-                    after, located = split_locations(printed)
-                changed = after != before
-                records.append(PassRecord(step.name, after if changed else before, seconds,
-                                          changed, step.pipeline, located))
-                before = after
+                    rec.add(step, seconds, printed)
                 if step.name == _KERNEL_LLVM_AFTER:
                     t0 = time.perf_counter()
-                    llvm_ir = _kernel_llvm_ir(module, before)
+                    llvm_ir = _kernel_llvm_ir(module, lambda: rec.settled_text)
                     llvm_seconds = time.perf_counter() - t0
+            rec.settle()
         finally:
             if printer is not None:
                 printer.close()
+        if meanwhile is not None:
+            meanwhile()
+        records, before = rec.records, rec.before
         ptx = _ptx_of(module) if options.target == "cuda" else None
         if options.target == "cpu":
             t0 = time.perf_counter()

@@ -184,7 +184,8 @@ def test_an_upstream_pass_that_leaves_invalid_ir_fails() -> None:
         Operation,
     )
 
-    from explorer.codegen.pipeline import _Printer, _run_upstream
+    from explorer.codegen.pipeline import _run_upstream
+    from explorer.codegen.printer import IRPrinter
 
     with Context(), Location.unknown():
         module = Module.parse("module {\n  func.func @f() {\n    return\n  }\n}\n")
@@ -192,7 +193,7 @@ def test_an_upstream_pass_that_leaves_invalid_ir_fails() -> None:
         with InsertionPoint.at_block_begin(body):     # an i32 constant with an f32 value
             Operation.create("arith.constant", results=[IntegerType.get_signless(32)],
                              attributes={"value": FloatAttr.get(F32Type.get(), 1.0)})
-        printer = _Printer()
+        printer = IRPrinter()
         try:
             with pytest.raises(MLIRError, match="have same type"):
                 _run_upstream(module, Step("symbol-privatize", "builtin.module(symbol-privatize)"),
