@@ -206,6 +206,12 @@ def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str
     return LaneSum(readouts, "readout-kernel" if grid == "lookback" else "lane-loop")
 
 
+def scalar_first_order(form: Any) -> bool:
+    """One state component, one lane: the look-back's packed protocol applies, and its element
+    is two floats."""
+    return not form.vector and tuple(form.A.shape) == (1, 1)
+
+
 def grid_scheme(form: Any, options: Any) -> str:
     """The grid level the options ask for, ``"auto"`` resolved: the look-back scan for a tree
     plan of a scalar first-order state (its tiles publish through the packed protocol of
@@ -217,8 +223,8 @@ def grid_scheme(form: Any, options: Any) -> str:
 
     if options.grid != "auto":
         return str(options.grid)
-    scalar = not form.vector and tuple(form.A.shape) == (1, 1)
-    fits = options.strategy in TREES and scalar and lookback_supported(options.chip)
+    fits = (options.strategy in TREES and scalar_first_order(form)
+            and lookback_supported(options.chip))
     return "lookback" if fits else "chunked"
 
 
@@ -227,9 +233,8 @@ def lookback_elements(form: Any, options: Any) -> int:
     first-order state, ``elements_per_thread`` for the others."""
     if options.lookback_elements != "auto":
         return int(options.lookback_elements)
-    scalar = not form.vector and tuple(form.A.shape) == (1, 1)
     E = int(options.elements_per_thread)
-    return min(16, 2 * E) if scalar else E
+    return min(16, 2 * E) if scalar_first_order(form) else E
 
 
 def choose_plan(form: Any, options: Any) -> Plan:
