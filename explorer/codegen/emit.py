@@ -14,12 +14,25 @@ an active ``Context`` and ``Location``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from math import copysign as math_copysign
 
 import sympy
 from mlir.dialects import arith, math
-from mlir.ir import F32Type, FloatAttr, IndexType, IntegerAttr, IntegerType, Value
+from mlir.ir import (
+    Block,
+    F32Type,
+    FloatAttr,
+    IndexType,
+    InsertionPoint,
+    IntegerAttr,
+    IntegerType,
+    Operation,
+    Value,
+)
 
 from explorer.errors import CompileError
 
@@ -35,18 +48,95 @@ def index() -> IndexType:
     return IndexType.get()
 
 
+class ConstantPool:
+    """The index and f32 constants of one function, each made once, at the top of the
+    function's entry block (where they dominate every use in the function), in the order
+    first asked for. A kernel asks for the same small constants thousands of times (offsets,
+    strides, the identity element); made once each, the module ``scan-lower`` writes is a
+    quarter smaller and every pass after it has less to fold."""
+
+    def __init__(self, entry: Block) -> None:
+        self.entry = entry
+        self.values: dict[tuple[str, object], Value] = {}
+        self.last: Operation | None = None
+
+    def get(self, key: tuple[str, object], make: Callable[[], Value]) -> Value:
+        found = self.values.get(key)
+        if found is not None:
+            return found
+        with InsertionPoint.at_block_begin(self.entry):
+            value = make()
+        op = value.owner
+        if self.last is not None:
+            op.move_after(self.last)
+        self.last = op
+        self.values[key] = value
+        return value
+
+
+class _Pools(threading.local):
+    """The pools in effect, innermost last, per thread (compiles may run in several)."""
+
+    def __init__(self) -> None:
+        self.stack: list[ConstantPool] = []
+
+
+_POOLS = _Pools()
+
+
+@contextmanager
+def constants_in(entry: Block) -> Iterator[ConstantPool]:
+    """Make the constants :func:`ci` and :func:`cf` ask for while the body runs at the top of
+    ``entry``, a function's entry block, once each."""
+    pool = ConstantPool(entry)
+    _POOLS.stack.append(pool)
+    try:
+        yield pool
+    finally:
+        _POOLS.stack.pop()
+
+
 def cf(value: float) -> Value:
-    """An f32 constant."""
-    return arith.constant(f32(), FloatAttr.get(f32(), float(value)))
+    """An f32 constant (the function's, inside :func:`constants_in`)."""
+    v = float(value)
+
+    def make() -> Value:
+        return arith.constant(f32(), FloatAttr.get(f32(), v))
+    if not _POOLS.stack or v != v:   # NaN: equal to nothing, not pooled
+        return make()
+    return _POOLS.stack[-1].get(("f32", v, math_copysign(1.0, v)), make)
 
 
 def ci(value: int) -> Value:
-    """An index constant."""
-    return arith.constant(index(), IntegerAttr.get(index(), int(value)))
+    """An index constant (the function's, inside :func:`constants_in`)."""
+    v = int(value)
+
+    def make() -> Value:
+        return arith.constant(index(), IntegerAttr.get(index(), v))
+    if not _POOLS.stack:
+        return make()
+    return _POOLS.stack[-1].get(("index", v), make)
+
+
+def cint(bits: int, value: int) -> Value:
+    """A signless integer constant of ``bits`` bits (i1, i32, i64; the function's, inside
+    :func:`constants_in`)."""
+    v = int(value)
+
+    def make() -> Value:
+        return arith.constant(IntegerType.get_signless(bits), v)
+    if not _POOLS.stack:
+        return make()
+    return _POOLS.stack[-1].get((f"i{bits}", v), make)
 
 
 def ci64(value: int) -> Value:
-    return arith.constant(IntegerType.get_signless(64), value)
+    return cint(64, value)
+
+
+def c32(value: int) -> Value:
+    """An i32 constant (shuffle offsets and widths, flags)."""
+    return cint(32, value)
 
 
 def to_index(v: Value) -> Value:

@@ -60,8 +60,10 @@ from explorer.codegen.contract import (
 )
 from explorer.codegen.emit import (
     Algebra,
+    c32,
     ceil_div,
     ci,
+    constants_in,
     f32,
     lt_i,
     mul_i,
@@ -337,7 +339,7 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                         DictAttr.get({"llvm.align": IntegerAttr.get(_i64(), 16)})
                         for _ in wg_types])
                 block = fn.body.blocks.append(*arg_types, *wg_types)
-                with InsertionPoint(block):
+                with InsertionPoint(block), constants_in(block):
                     values = list(block.arguments)
 
                     def as_flat(v: Value, size: Value) -> Value:
@@ -398,14 +400,14 @@ def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],
     launches the PTX itself with the same geometry)."""
     fn = func.FuncOp(f"{KERNEL_PREFIX}_launch", FunctionType.get(arg_types, []))
     block = fn.add_entry_block()
-    with InsertionPoint(block):
+    with InsertionPoint(block), constants_in(block):
         vals = list(block.arguments)
         sizes = _sizes_of(args, vals)
         one = ci(1)
         for spec in kernels:
             def launch(spec: KernelSpec = spec) -> None:
                 grid = _grid_value(spec, sizes)
-                dyn = (arith.constant(IntegerType.get_signless(32), spec.shared_bytes)
+                dyn = (c32(spec.shared_bytes)
                        if spec.shared_bytes else None)
                 gpu.launch_func([f"{KERNEL_PREFIX}_kernels", spec.name], (grid, one, one),
                                 (ci(spec.block[0]), one, one), kernel_operands=vals,
@@ -430,7 +432,7 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
             fn.attributes["llvm.emit_c_interface"] = UnitAttr.get()
             grid_fns[spec.name] = fn
             block = fn.add_entry_block()
-            with InsertionPoint(block):
+            with InsertionPoint(block), constants_in(block):
                 values = list(block.arguments)
                 gen = _bind(form, options, args, values[:len(args)], lambda v, size: v,
                             plan, locs)
@@ -454,7 +456,7 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
                             FunctionType.get(arg_types, []))
         entry.attributes["llvm.emit_c_interface"] = UnitAttr.get()
         block = entry.add_entry_block()
-        with InsertionPoint(block):
+        with InsertionPoint(block), constants_in(block):
             vals = list(block.arguments)
             sizes = _sizes_of(args, vals)
             for spec in kernels:

@@ -36,7 +36,20 @@ from mlir.dialects import arith, gpu, llvm, memref, nvvm, scf
 from mlir.ir import F32Type, InsertionPoint, IntegerType, Value
 
 from explorer.codegen.contract import TILE_SLOT_WORDS
-from explorer.codegen.emit import Algebra, Element, add_i, ceil_div, cf, ci, f32, index, mul_i
+from explorer.codegen.emit import (
+    Algebra,
+    Element,
+    add_i,
+    c32,
+    ceil_div,
+    cf,
+    ci,
+    ci64,
+    cint,
+    f32,
+    index,
+    mul_i,
+)
 from explorer.codegen.gen import Gen
 from explorer.codegen.lower_block import block_scan
 from explorer.codegen.threads import WARP, Threads, if_then, min_i, padded
@@ -61,14 +74,6 @@ def _i32() -> IntegerType:
     return IntegerType.get_signless(32)
 
 
-def _c64(v: int) -> Value:
-    return arith.constant(_i64(), v)
-
-
-def _c32(v: int) -> Value:
-    return arith.constant(_i32(), v)
-
-
 class Memory:
     """Loads, stores and fences of the look-back: device-scope relaxed accesses (so no block
     reads a stale line from its SM's L1) and ``fence.acq_rel.gpu`` on the GPU; plain accesses on
@@ -79,7 +84,7 @@ class Memory:
 
     def _address(self, buf: Value, i: Value) -> Value:
         base = arith.index_cast(_i64(), memref.extract_aligned_pointer_as_index(buf))
-        offset = arith.muli(arith.index_cast(_i64(), i), _c64(4))
+        offset = arith.muli(arith.index_cast(_i64(), i), ci64(4))
         return llvm.inttoptr(llvm.PointerType.get(), arith.addi(base, offset))
 
     def load(self, buf: Value, i: Value) -> Value:
@@ -123,7 +128,7 @@ class Memory:
         pair = llvm.load(_i64(), self._address(buf, i), ordering=llvm.AtomicOrdering.monotonic,
                          syncscope="device", alignment=8)
         return (arith.trunci(_i32(), pair),
-                arith.trunci(_i32(), arith.shrui(pair, _c64(32))))
+                arith.trunci(_i32(), arith.shrui(pair, ci64(32))))
 
     def store_pair(self, buf: Value, i: Value, lo: Value, hi: Value) -> None:
         if not self.gpu:
@@ -131,7 +136,7 @@ class Memory:
             self.store_word(buf, add_i(i, ci(1)), hi)
             return
         pair = arith.ori(arith.extui(_i64(), lo),
-                         arith.shli(arith.extui(_i64(), hi), _c64(32)))
+                         arith.shli(arith.extui(_i64(), hi), ci64(32)))
         llvm.store(pair, self._address(buf, i), ordering=llvm.AtomicOrdering.monotonic,
                    syncscope="device", alignment=8)
 
@@ -156,16 +161,16 @@ def encode(x: Value) -> Value:
     fence between them."""
     bits = arith.bitcast(_i32(), x)
     nan = arith.cmpf(arith.CmpFPredicate.UNO, x, x)
-    bits = arith.select(nan, _c32(CANONICAL_NAN), bits)
-    return arith.xori(bits, _c32(-1))
+    bits = arith.select(nan, c32(CANONICAL_NAN), bits)
+    return arith.xori(bits, c32(-1))
 
 
 def decode(word: Value) -> Value:
-    return arith.bitcast(F32Type.get(), arith.xori(word, _c32(-1)))
+    return arith.bitcast(F32Type.get(), arith.xori(word, c32(-1)))
 
 
 def published(word: Value) -> Value:
-    return arith.cmpi(arith.CmpIPredicate.ne, word, _c32(0))
+    return arith.cmpi(arith.CmpIPredicate.ne, word, c32(0))
 
 
 def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
@@ -255,7 +260,7 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
             th.barrier()
             return [memref.load(aggbuf[i], [handoff]) for i in range(S)]
         # the host: the blocks before this one are done, so one lane finds the state
-        before = walk(gen, mem, _c64(0), 1, first_tile, k, h0, flags, aggs, carries)
+        before = walk(gen, mem, ci64(0), 1, first_tile, k, h0, flags, aggs, carries)
         publish(slot, alg.apply(total, before), S, carries, PREFIX)
         return before
 
@@ -279,79 +284,79 @@ def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: 
     m = gen.options.lookback_tiles
     i1 = IntegerType.get_signless(1)
     types = [_i64(), i1, *([f32()] * (w + S))]
-    top0 = arith.subi(arith.index_cast(_i64(), k), _c64(1))
-    inits = [top0, arith.constant(i1, 0), *alg.identity().values(), *h0]
+    top0 = arith.subi(arith.index_cast(_i64(), k), ci64(1))
+    inits = [top0, cint(1, 0), *alg.identity().values(), *h0]
     loop = scf.WhileOp(types, inits)
     before = loop.before.blocks.append(*types)
     with InsertionPoint(before):
         done = before.arguments[1]
-        scf.condition(arith.xori(done, arith.constant(i1, 1)), list(before.arguments))
+        scf.condition(arith.xori(done, cint(1, 1)), list(before.arguments))
     after = loop.after.blocks.append(*types)
     with InsertionPoint(after):
         top, _, *rest = list(after.arguments)
         acc, state = alg.pack(rest[:w]), rest[w:]
-        base = arith.subi(top, arith.muli(lane, _c64(m)))
+        base = arith.subi(top, arith.muli(lane, ci64(m)))
 
         def tile_of(j: Value) -> Value:
-            return add_i(first_tile, arith.index_cast(index(), arith.maxsi(j, _c64(0))))
-        js = [arith.subi(base, _c64(r)) for r in range(m)]
+            return add_i(first_tile, arith.index_cast(index(), arith.maxsi(j, ci64(0))))
+        js = [arith.subi(base, ci64(r)) for r in range(m)]
         # the m flags go out together: one round trip
-        flag = [arith.select(arith.cmpi(arith.CmpIPredicate.sge, j, _c64(0)),
+        flag = [arith.select(arith.cmpi(arith.CmpIPredicate.sge, j, ci64(0)),
                              mem.load(flags, mul_i(tile_of(j), ci(SLOT_WORDS))), cf(PREFIX))
                 for j in js]
         is_prefix = [arith.cmpf(arith.CmpFPredicate.OEQ, f, cf(PREFIX)) for f in flag]
         is_nothing = [arith.cmpf(arith.CmpFPredicate.OEQ, f, cf(NOTHING)) for f in flag]
         # this lane's nearest prefix (m: none), and whether a tile nearer has published nothing
-        own = _c64(m)
+        own = ci64(m)
         for r in reversed(range(m)):
-            own = arith.select(is_prefix[r], _c64(r), own)
-        blocked = arith.constant(i1, 0)
+            own = arith.select(is_prefix[r], ci64(r), own)
+        blocked = cint(1, 0)
         for r in range(m):
-            nearer = arith.cmpi(arith.CmpIPredicate.slt, _c64(r), own)
+            nearer = arith.cmpi(arith.CmpIPredicate.slt, ci64(r), own)
             blocked = arith.ori(blocked, arith.andi(is_nothing[r], nearer))
-        has_prefix = arith.cmpi(arith.CmpIPredicate.slt, own, _c64(m))
+        has_prefix = arith.cmpi(arith.CmpIPredicate.slt, own, ci64(m))
         lane32 = arith.trunci(_i32(), lane)
         if lanes > 1:
-            prefixes = nvvm.vote_sync(_i32(), _c32(-1), has_prefix, nvvm.VoteSyncKind.ballot)
-            waits = nvvm.vote_sync(_i32(), _c32(-1), blocked, nvvm.VoteSyncKind.ballot)
+            prefixes = nvvm.vote_sync(_i32(), c32(-1), has_prefix, nvvm.VoteSyncKind.ballot)
+            waits = nvvm.vote_sync(_i32(), c32(-1), blocked, nvvm.VoteSyncKind.ballot)
             nearest = arith.select(
-                arith.cmpi(arith.CmpIPredicate.eq, prefixes, _c32(0)), _c32(lanes),
+                arith.cmpi(arith.CmpIPredicate.eq, prefixes, c32(0)), c32(lanes),
                 llvm.intr_cttz(prefixes, False))
         else:
             prefixes = arith.extui(_i32(), has_prefix)
             waits = arith.extui(_i32(), blocked)
-            nearest = arith.select(has_prefix, _c32(0), _c32(1))
+            nearest = arith.select(has_prefix, c32(0), c32(1))
         # read again while a lane up to the nearest prefix is blocked
-        upto = arith.subi(arith.shli(_c64(2), arith.extui(_i64(), nearest)), _c64(1))
+        upto = arith.subi(arith.shli(ci64(2), arith.extui(_i64(), nearest)), ci64(1))
         waiting = arith.cmpi(arith.CmpIPredicate.ne,
-                             arith.andi(arith.extui(_i64(), waits), upto), _c64(0))
+                             arith.andi(arith.extui(_i64(), waits), upto), ci64(0))
         if lanes > 1:
             # back off while tiles are still being scanned: spinning warps would take memory
             # bandwidth from the blocks that are loading theirs
-            if_then(waiting, lambda: nvvm.nanosleep(_c32(BACKOFF_NS)))
+            if_then(waiting, lambda: nvvm.nanosleep(c32(BACKOFF_NS)))
         mem.fence()      # the flags are read before the values they announce
         # the lane's tiles before its nearest prefix, composed (the lanes after the warp's
         # nearest prefix contribute nothing)
         counts = arith.cmpi(arith.CmpIPredicate.ule, lane32, nearest)
         e = alg.identity()
         for r, j in enumerate(js):
-            mine = arith.andi(counts, arith.cmpi(arith.CmpIPredicate.slt, _c64(r), own))
+            mine = arith.andi(counts, arith.cmpi(arith.CmpIPredicate.slt, ci64(r), own))
             t = [mem.load(aggs, add_i(mul_i(tile_of(j), ci(w)), ci(q))) for q in range(w)]
             e = alg.combine(e, alg.pack([arith.select(mine, x, y) for x, y in
                                          zip(t, alg.identity().values(), strict=True)]))
         window = _ordered_reduce(alg, e, lane32, lanes)
         acc2 = alg.combine(acc, window)
-        found = arith.cmpi(arith.CmpIPredicate.ne, prefixes, _c32(0))
-        jp = arith.subi(base, arith.minsi(own, _c64(m - 1)))
-        valid = arith.cmpi(arith.CmpIPredicate.sge, jp, _c64(0))
+        found = arith.cmpi(arith.CmpIPredicate.ne, prefixes, c32(0))
+        jp = arith.subi(base, arith.minsi(own, ci64(m - 1)))
+        valid = arith.cmpi(arith.CmpIPredicate.sge, jp, ci64(0))
         kept = [arith.select(valid, mem.load(carries, add_i(mul_i(tile_of(jp), ci(S)), ci(i))),
                              h) for i, h in enumerate(h0)]
         if lanes > 1:
-            src = arith.minui(nearest, _c32(lanes - 1))
-            kept = [gpu.shuffle(v, src, _c32(WARP), gpu.ShuffleMode.IDX)[0] for v in kept]
+            src = arith.minui(nearest, c32(lanes - 1))
+            kept = [gpu.shuffle(v, src, c32(WARP), gpu.ShuffleMode.IDX)[0] for v in kept]
         state2 = alg.apply(acc2, kept)
-        go = arith.xori(waiting, arith.constant(i1, 1))
-        new_top = arith.select(waiting, top, arith.subi(top, _c64(lanes * m)))
+        go = arith.xori(waiting, cint(1, 1))
+        new_top = arith.select(waiting, top, arith.subi(top, ci64(lanes * m)))
         new_done = arith.andi(go, found)
         new_acc = [arith.select(go, x, y) for x, y in zip(acc2.values(), acc.values(),
                                                            strict=True)]
@@ -370,77 +375,77 @@ def _walk_packed(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Val
     m = gen.options.lookback_tiles
     i1 = IntegerType.get_signless(1)
     types = [_i64(), i1, *([f32()] * (w + 1))]
-    top0 = arith.subi(arith.index_cast(_i64(), k), _c64(1))
-    inits = [top0, arith.constant(i1, 0), *alg.identity().values(), *h0]
+    top0 = arith.subi(arith.index_cast(_i64(), k), ci64(1))
+    inits = [top0, cint(1, 0), *alg.identity().values(), *h0]
     loop = scf.WhileOp(types, inits)
     before = loop.before.blocks.append(*types)
     with InsertionPoint(before):
         done = before.arguments[1]
-        scf.condition(arith.xori(done, arith.constant(i1, 1)), list(before.arguments))
+        scf.condition(arith.xori(done, cint(1, 1)), list(before.arguments))
     after = loop.after.blocks.append(*types)
     with InsertionPoint(after):
         top, _, *rest = list(after.arguments)
         acc, state = alg.pack(rest[:w]), rest[w:]
-        base = arith.subi(top, arith.muli(lane, _c64(m)))
-        js = [arith.subi(base, _c64(r)) for r in range(m)]
-        inside = [arith.cmpi(arith.CmpIPredicate.sge, j, _c64(0)) for j in js]
+        base = arith.subi(top, arith.muli(lane, ci64(m)))
+        js = [arith.subi(base, ci64(r)) for r in range(m)]
+        inside = [arith.cmpi(arith.CmpIPredicate.sge, j, ci64(0)) for j in js]
         # every word of the lane's m tiles goes out together: one round trip
         words = []
         for j in js:
-            slot = add_i(first_tile, arith.index_cast(index(), arith.maxsi(j, _c64(0))))
+            slot = add_i(first_tile, arith.index_cast(index(), arith.maxsi(j, ci64(0))))
             word = mul_i(slot, ci(SLOT_WORDS))
             lo, hi = mem.load_pair(flags, word)
             words.append((lo, hi, mem.load_word(flags, add_i(word, ci(2)))))
         # before the sequence's first tile: its initial state
-        is_prefix = [arith.ori(arith.xori(ins, arith.constant(i1, 1)), published(p))
+        is_prefix = [arith.ori(arith.xori(ins, cint(1, 1)), published(p))
                      for ins, (_, _, p) in zip(inside, words, strict=True)]
-        is_nothing = [arith.andi(arith.xori(pre, arith.constant(i1, 1)),
-                                 arith.xori(published(lo), arith.constant(i1, 1)))
+        is_nothing = [arith.andi(arith.xori(pre, cint(1, 1)),
+                                 arith.xori(published(lo), cint(1, 1)))
                       for pre, (lo, _, _) in zip(is_prefix, words, strict=True)]
-        own = _c64(m)
+        own = ci64(m)
         kept = h0[0]
         for r in reversed(range(m)):
-            own = arith.select(is_prefix[r], _c64(r), own)
+            own = arith.select(is_prefix[r], ci64(r), own)
             kept = arith.select(is_prefix[r],
                                 arith.select(inside[r], decode(words[r][2]), h0[0]), kept)
-        blocked = arith.constant(i1, 0)
+        blocked = cint(1, 0)
         for r in range(m):
-            nearer = arith.cmpi(arith.CmpIPredicate.slt, _c64(r), own)
+            nearer = arith.cmpi(arith.CmpIPredicate.slt, ci64(r), own)
             blocked = arith.ori(blocked, arith.andi(is_nothing[r], nearer))
-        has_prefix = arith.cmpi(arith.CmpIPredicate.slt, own, _c64(m))
+        has_prefix = arith.cmpi(arith.CmpIPredicate.slt, own, ci64(m))
         lane32 = arith.trunci(_i32(), lane)
         if lanes > 1:
-            prefixes = nvvm.vote_sync(_i32(), _c32(-1), has_prefix, nvvm.VoteSyncKind.ballot)
-            waits = nvvm.vote_sync(_i32(), _c32(-1), blocked, nvvm.VoteSyncKind.ballot)
+            prefixes = nvvm.vote_sync(_i32(), c32(-1), has_prefix, nvvm.VoteSyncKind.ballot)
+            waits = nvvm.vote_sync(_i32(), c32(-1), blocked, nvvm.VoteSyncKind.ballot)
             nearest = arith.select(
-                arith.cmpi(arith.CmpIPredicate.eq, prefixes, _c32(0)), _c32(lanes),
+                arith.cmpi(arith.CmpIPredicate.eq, prefixes, c32(0)), c32(lanes),
                 llvm.intr_cttz(prefixes, False))
         else:
             prefixes = arith.extui(_i32(), has_prefix)
             waits = arith.extui(_i32(), blocked)
-            nearest = arith.select(has_prefix, _c32(0), _c32(1))
-        upto = arith.subi(arith.shli(_c64(2), arith.extui(_i64(), nearest)), _c64(1))
+            nearest = arith.select(has_prefix, c32(0), c32(1))
+        upto = arith.subi(arith.shli(ci64(2), arith.extui(_i64(), nearest)), ci64(1))
         waiting = arith.cmpi(arith.CmpIPredicate.ne,
-                             arith.andi(arith.extui(_i64(), waits), upto), _c64(0))
+                             arith.andi(arith.extui(_i64(), waits), upto), ci64(0))
         if lanes > 1:
-            if_then(waiting, lambda: nvvm.nanosleep(_c32(BACKOFF_NS)))
+            if_then(waiting, lambda: nvvm.nanosleep(c32(BACKOFF_NS)))
         counts = arith.cmpi(arith.CmpIPredicate.ule, lane32, nearest)
         e = alg.identity()
         ident = alg.identity().values()
         for r, (lo, hi, _) in enumerate(words):
-            mine = arith.andi(counts, arith.cmpi(arith.CmpIPredicate.slt, _c64(r), own))
+            mine = arith.andi(counts, arith.cmpi(arith.CmpIPredicate.slt, ci64(r), own))
             t = [decode(lo), decode(hi)][:w]
             e = alg.combine(e, alg.pack([arith.select(mine, x, y) for x, y in
                                          zip(t, ident, strict=True)]))
         window = _ordered_reduce(alg, e, lane32, lanes)
         acc2 = alg.combine(acc, window)
-        found = arith.cmpi(arith.CmpIPredicate.ne, prefixes, _c32(0))
+        found = arith.cmpi(arith.CmpIPredicate.ne, prefixes, c32(0))
         if lanes > 1:
-            src = arith.minui(nearest, _c32(lanes - 1))
-            kept = gpu.shuffle(kept, src, _c32(WARP), gpu.ShuffleMode.IDX)[0]
+            src = arith.minui(nearest, c32(lanes - 1))
+            kept = gpu.shuffle(kept, src, c32(WARP), gpu.ShuffleMode.IDX)[0]
         state2 = alg.apply(acc2, [kept])
-        go = arith.xori(waiting, arith.constant(i1, 1))
-        new_top = arith.select(waiting, top, arith.subi(top, _c64(lanes * m)))
+        go = arith.xori(waiting, cint(1, 1))
+        new_top = arith.select(waiting, top, arith.subi(top, ci64(lanes * m)))
         new_done = arith.andi(go, found)
         new_acc = [arith.select(go, x, y) for x, y in zip(acc2.values(), acc.values(),
                                                            strict=True)]
@@ -455,9 +460,9 @@ def _ordered_reduce(alg: Algebra, e: Element, lane: Value, lanes: int) -> Elemen
     x = e
     d = 1
     while d < lanes:
-        y = alg.pack([gpu.shuffle(v, _c32(d), _c32(WARP), gpu.ShuffleMode.XOR)[0]
+        y = alg.pack([gpu.shuffle(v, c32(d), c32(WARP), gpu.ShuffleMode.XOR)[0]
                       for v in x.values()])
-        upper = arith.cmpi(arith.CmpIPredicate.ne, arith.andi(lane, _c32(d)), _c32(0))
+        upper = arith.cmpi(arith.CmpIPredicate.ne, arith.andi(lane, c32(d)), c32(0))
         later = alg.pack([arith.select(upper, b, a) for a, b in zip(x.values(), y.values(),
                                                                      strict=True)])
         earlier = alg.pack([arith.select(upper, a, b) for a, b in zip(x.values(), y.values(),

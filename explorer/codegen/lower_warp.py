@@ -21,22 +21,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlir.dialects import arith, gpu
-from mlir.ir import IntegerType, Value
+from mlir.ir import Value
 
-from explorer.codegen.emit import Algebra, Element, add_i, ci
+from explorer.codegen.emit import Algebra, Element, add_i, c32, ci
 from explorer.codegen.threads import WARP, Threads, for_loop, if_then, pad, select_element
 
 Load = Callable[[Value], Element]
 Store = Callable[[Value, Element], None]
 
 
-def _c32(v: int) -> Value:
-    return arith.constant(IntegerType.get_signless(32), v)
-
-
 def _shuffle_up(alg: Algebra, e: Element, by: int) -> Element:
     """Every lane gets lane ``i - by``'s element (lanes below ``by`` get their own back)."""
-    return alg.pack([gpu.shuffle(v, _c32(by), _c32(WARP), gpu.ShuffleMode.UP)[0]
+    return alg.pack([gpu.shuffle(v, c32(by), c32(WARP), gpu.ShuffleMode.UP)[0]
                      for v in e.values()])
 
 
@@ -60,7 +56,7 @@ def warp_tree(th: Threads, alg: Algebra, sweeps: Sequence[Any], agg: Element,
     excl = select_element(_at_least(lane, 1), _shuffle_up(alg, x, 1), alg.identity(), alg)
     warps = th.bs // WARP
     if warps == 1:
-        total = alg.pack([gpu.shuffle(v, _c32(WARP - 1), _c32(WARP), gpu.ShuffleMode.IDX)[0]
+        total = alg.pack([gpu.shuffle(v, c32(WARP - 1), c32(WARP), gpu.ShuffleMode.IDX)[0]
                           for v in x.values()])
         return excl, total
     warp = arith.divui(tid, ci(WARP))

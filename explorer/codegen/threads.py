@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from mlir.dialects import arith, gpu, nvvm, scf
 from mlir.ir import (
     InsertionPoint,
-    IntegerType,
     MemRefType,
     ShapedType,
     Type,
@@ -22,6 +21,7 @@ from explorer.codegen.emit import (
     Algebra,
     Element,
     add_i,
+    c32,
     ci,
     f32,
     lt_i,
@@ -107,7 +107,7 @@ class Threads:
 
     def warp_sync(self) -> None:
         if self.gpu:
-            nvvm.bar_warp_sync(arith.constant(IntegerType.get_signless(32), -1))
+            nvvm.bar_warp_sync(c32(-1))
 
 
 def select_element(cond: Value, a: Element, b: Element, alg: Algebra) -> Element:
