@@ -64,18 +64,18 @@ def _cleanup() -> list[Step]:
 
 def cuda_steps(options: Options) -> list[Step]:
     """The passes of ``gpu-lower-to-nvvm-pipeline`` for ``options``, in order."""
-    from explorer.codegen.ptxas import find_libdevice
-
-    libdevice = find_libdevice()
-    link = f" l={libdevice}" if libdevice else ""
-
     def target(linked: bool) -> str:
+        from explorer.codegen.ptxas import find_libdevice
+
+        libdevice = find_libdevice() if linked else None
+        link = f" l={libdevice}" if libdevice else ""
         return top(f"nvvm-attach-target{{chip={options.chip} features={options.ptx_features} "
-                   f"O={options.opt_level}{link if linked else ''}}}")
+                   f"O={options.opt_level}{link}}}")
 
     def attach(module_op: Any) -> str:
         # the backend reads, links and optimises libdevice whenever the target names it (a
-        # tenth of a second of an affine scan's compile): named only where a kernel calls it
+        # tenth of a second of an affine scan's compile): named only where a kernel may call
+        # it (a call left unlinked is refused after the backend, never run)
         return target(calls_libdevice(module_op))
 
     return [
@@ -87,7 +87,7 @@ def cuda_steps(options: Options) -> list[Step]:
         Step("convert-nvvm-to-llvm", top("convert-nvvm-to-llvm")),
         Step("convert-func-to-llvm", top("convert-func-to-llvm"), rewrites=True),
         Step("expand-strided-metadata", top("expand-strided-metadata"), rewrites=True),
-        Step("nvvm-attach-target", target(True), rewrites=True, choose=attach),
+        Step("nvvm-attach-target", target(False), rewrites=True, choose=attach),
         Step("lower-affine", top("lower-affine")),
         Step("convert-arith-to-llvm", top("convert-arith-to-llvm"), rewrites=True),
         Step("convert-index-to-llvm", top("convert-index-to-llvm{index-bitwidth=64}")),
@@ -105,7 +105,8 @@ def cuda_steps(options: Options) -> list[Step]:
         # `.target sm_90, debug`, which ptxas compiles unoptimised (255 registers and spills
         # where 114 and none without)
         Step("ensure-debug-info-scope-on-llvm-func",
-             top("ensure-debug-info-scope-on-llvm-func{emission-kind=DebugDirectivesOnly}")),
+             top("ensure-debug-info-scope-on-llvm-func{emission-kind=DebugDirectivesOnly}"),
+             rewrites=True),
         Step("gpu-module-to-binary", top("gpu-module-to-binary{format=isa}"), rewrites=True),
         Step("convert-math-to-llvm", top("convert-math-to-llvm")),
         Step("canonicalize (host)", top("canonicalize"), rewrites=True),
