@@ -124,6 +124,10 @@ class Explorer(widgets.VBox):
     Given a compiled result (from ``explorer.compile`` or ``explorer.compiler.load_compiled``)
     it shows that result as it is, without compiling; edits in the box compile anew.
 
+    The keywords set the controls of the options row; ``outputs`` is the compile option of that
+    name (``"readouts"``, the default, ``"states"``, ``"all"``, or output names, which the
+    outputs box offers as one more choice).
+
     Attributes worth reading from code: ``compiled`` (the last successful compilation, or None),
     ``error`` (the last error, or None), ``mlir`` (the pass view: ``mlir.select(i)``),
     ``tree_view`` (the plan read from the ``scan-plan`` pass's IR), ``run`` (the run panel:
