@@ -110,7 +110,8 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
         plan, built = state.plan, state.built
         done["recurrence"] = (rec.summary(), rec.dependence_dot())
         done["affine"] = state.form.as_text()
-        done["plan"] = (_plan_text(plan) + "\n" + outputs_text(plan, rec.states),
+        done["plan"] = (_plan_text(plan) + "\n" + _outputs_choice(opts.outputs, rec, plan)
+                        + outputs_text(plan, rec.states),
                         plan.picture(PLAN_PICTURE_N).to_dot())
         done["picture"] = plan.picture(plan.threads)
         done["mlir"] = split_locations(text)[0]
@@ -172,6 +173,18 @@ def _plan_text(plan: Any) -> str:
         f"  3. each thread applies the prefix of the threads before it ({prefix}) to its {E} "
         "elements\n"
         + _grid_text(plan))
+
+
+def _outputs_choice(outputs: str | tuple[str, ...], rec: Recurrence, plan: Any) -> str:
+    """The ``outputs`` option as the plan took it (a line of the plan stage's text)."""
+    chosen = repr(outputs) if isinstance(outputs, str) else repr(list(outputs))
+    line = (f"  outputs={chosen}" + (" (the default)" if outputs == "readouts" else "")
+            + f": scan.store {{outputs = [{', '.join(plan.stored)}]}}")
+    skipped = [r for r in rec.readouts if r not in plan.stored]
+    if skipped:
+        line += (f"; the readouts {', '.join(skipped)} are not computed (outputs='readouts' "
+                 "or 'all' computes them)")
+    return line + "\n"
 
 
 def _wide_text(plan: Any) -> str:

@@ -36,6 +36,13 @@ _STRATEGY_LABELS = {"blelloch": "Blelloch (work-efficient tree)", "sequential": 
                     "kogge_stone": "Kogge-Stone", "warp_shuffle": "warp shuffles"}
 BLOCK_SIZES = [32, 64, 128, 256, 512, 1024]
 ELEMENTS_PER_THREAD = [1, 2, 4, 8, 16]
+#: the labels of the ``outputs`` option's keywords (explorer.codegen.options.OUTPUTS)
+OUTPUTS_LABELS = {"readouts": "readouts (default)", "states": "states",
+                  "all": "states and readouts"}
+OUTPUTS_TOOLTIP = ("what the kernels store and a call returns (the plan's scan.store): "
+                   "readouts: the readouts alone (y), or the states of a recurrence that has "
+                   "none; states: the states alone (no readout is computed); states and "
+                   "readouts: both. A state nobody asked for is never written to memory.")
 
 
 def _choices() -> tuple[list[tuple[str, str]], list[str], list[str]]:
@@ -46,6 +53,19 @@ def _choices() -> tuple[list[tuple[str, str]], list[str], list[str]]:
     strategies.sort(key=lambda pair: pair[1] != "blelloch")
     chips = sorted(options.CHIP_PTX, key=lambda c: (int("".join(filter(str.isdigit, c))), c))
     return strategies, chips, list(options.DTYPES)
+
+
+def outputs_choices(chosen: str | tuple[str, ...] = "readouts") -> list[tuple[str, Any]]:
+    """The outputs dropdown's (label, value) pairs: the keywords of the ``outputs`` option and,
+    when ``chosen`` is a tuple of output names (given by code, or read from a record), that
+    tuple as one more choice, labelled with its names."""
+    from explorer.codegen.options import OUTPUTS
+
+    choices: list[tuple[str, Any]] = [(OUTPUTS_LABELS.get(o, o), o) for o in OUTPUTS]
+    if chosen not in OUTPUTS:
+        names = (chosen,) if isinstance(chosen, str) else tuple(chosen)
+        choices.append((", ".join(names), names))
+    return choices
 
 
 _WIDGET_CSS = """
@@ -104,6 +124,10 @@ class Explorer(widgets.VBox):
     Given a compiled result (from ``explorer.compile`` or ``explorer.compiler.load_compiled``)
     it shows that result as it is, without compiling; edits in the box compile anew.
 
+    The keywords set the controls of the options row; ``outputs`` is the compile option of that
+    name (``"readouts"``, the default, ``"states"``, ``"all"``, or output names, which the
+    outputs box offers as one more choice).
+
     Attributes worth reading from code: ``compiled`` (the last successful compilation, or None),
     ``error`` (the last error, or None), ``mlir`` (the pass view: ``mlir.select(i)``),
     ``tree_view`` (the plan read from the ``scan-plan`` pass's IR), ``run`` (the run panel:
@@ -115,8 +139,8 @@ class Explorer(widgets.VBox):
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
                  strategy: str = "blelloch", block_size: int | None = None,
                  elements_per_thread: int | None = None, chip: str = "sm_90",
-                 dtype: str = "float32", reverse: bool = False, grid: str | None = None
-                 ) -> None:
+                 dtype: str = "float32", reverse: bool = False, grid: str | None = None,
+                 outputs: str | tuple[str, ...] | None = None) -> None:
         from explorer.codegen.options import GRIDS, Options, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
@@ -132,19 +156,23 @@ class Explorer(widgets.VBox):
             target, strategy = given.target, given.strategy
             chip, dtype, reverse = opts["chip"], opts["dtype"], opts["reverse"]
             grid = opts.get("grid", "chunked")
+            outputs = opts.get("outputs", "readouts")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         if grid is None:
             grid = defaults.grid
+        if outputs is None:
+            outputs = defaults.outputs
         if block_size is None:
             block_size = defaults.block_size
         if elements_per_thread is None:
             elements_per_thread = defaults.elements_per_thread
         # checked before any control is built: a bad value raises OptionError naming it and
         # what is accepted (the controls offer exactly the accepted values)
-        validate(strategy, target, block_size=block_size,
-                 elements_per_thread=elements_per_thread, chip=chip, dtype=dtype,
-                 reverse=reverse, grid=grid)
+        # (``outputs`` comes back as the compiler holds it: a keyword or a tuple of names)
+        outputs = validate(strategy, target, block_size=block_size,
+                           elements_per_thread=elements_per_thread, chip=chip, dtype=dtype,
+                           reverse=reverse, grid=grid, outputs=outputs).outputs
         if isinstance(recurrence, Recurrence):
             recurrence = recurrence.text
         if not isinstance(recurrence, str):
@@ -205,6 +233,11 @@ class Explorer(widgets.VBox):
             disabled=strategy == "sequential",
             tooltip="how a tree plan spreads few long sequences over blocks (scan.grid)")
         self.grid.add_class("sw-grid")
+        # which outputs the kernels store (scan.store): the readouts alone by default
+        self.outputs = widgets.Dropdown(options=outputs_choices(outputs), value=outputs,
+                                        description="outputs", tooltip=OUTPUTS_TOOLTIP,
+                                        layout=widgets.Layout(width="250px"), style=style)
+        self.outputs.add_class("sw-outputs")
         if len(dtypes) == 1:
             self.dtype.disabled = True
             self.dtype.tooltip = f"the compiler generates {dtypes[0]} kernels"
@@ -237,8 +270,8 @@ class Explorer(widgets.VBox):
             self.text,
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
-                          self.elements_per_thread, self.grid, self.dtype, self.chip,
-                          self.reverse],
+                          self.elements_per_thread, self.grid, self.outputs, self.dtype,
+                          self.chip, self.reverse],
                          layout=widgets.Layout(flex_flow="row wrap")),
             self.times.widget,
             self.tabs,
@@ -249,7 +282,7 @@ class Explorer(widgets.VBox):
         self.text.observe(lambda _c: self.recompile(), names="value")
         self.compile_button.on_click(lambda _b: self.recompile())
         for control in (self.target, self.strategy, self.block_size, self.elements_per_thread,
-                        self.grid, self.dtype, self.chip, self.reverse):
+                        self.grid, self.outputs, self.dtype, self.chip, self.reverse):
             control.observe(lambda _c: self.recompile(), names="value")
         self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
         if given is not None:
@@ -269,6 +302,7 @@ class Explorer(widgets.VBox):
             "dtype": self.dtype.value,
             "reverse": bool(self.reverse.value),
             "grid": self.grid.value,
+            "outputs": self.outputs.value,
         }
 
     def recompile(self) -> bool:

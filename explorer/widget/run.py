@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 import numpy as np
 
-from explorer.widget.data import bounded_inputs, compare, length_argument
+from explorer.widget.data import (
+    bounded_inputs,
+    compare,
+    length_argument,
+    reference_outputs,
+)
 from explorer.widget.measure import (
     INTERACTIVE_BASELINES,
     Measurement,
@@ -250,14 +255,16 @@ class RunPanel:
             start = time.perf_counter()
             result = compiled(**given)
             seconds = time.perf_counter() - start
-            # the outputs the compile stores (its outputs option), against their reference
+            # every output the compile stores (its outputs option: a call returns the lone
+            # output bare, several by name), each against the reference's same output
             stored = compiled.outputs
-            if not isinstance(expected, dict):
-                expected = {stored[0]: expected}
-            expected = {o: expected[o] for o in stored}
+            expected, about = reference_outputs(compiled.recurrence, expected, stored,
+                                                reverse=compiled.options["reverse"])
             if not isinstance(result, dict):
                 result = {stored[0]: result}
             rows = compare(result, expected, stored)
+            for row in rows:
+                row["reference"] = about[row["output"]]
             self.tolerance = tolerance_of(compiled.options)
         except Exception as err:  # noqa: BLE001 - shown in the panel, never raised into the cell
             self.check.value = ("<pre class='sw-check-error' style='color:#a00;"
@@ -266,7 +273,8 @@ class RunPanel:
             self.last_check = []
             return []
         self.last_check = rows
-        self.check.value = self._check_html(rows, seconds, compiled.device)
+        self.check.value = self._check_html(rows, seconds, compiled.device,
+                                            compiled.options.get("outputs", "readouts"))
         return rows
 
     def passed(self, rows: list[dict[str, Any]]) -> bool:
@@ -274,23 +282,31 @@ class RunPanel:
         return bool(rows) and all(np.isfinite(r["max_rel"]) and r["max_rel"] <= tol
                                   for r in rows)
 
-    def _check_html(self, rows: list[dict[str, Any]], seconds: float, device: str) -> str:
+    def _check_html(self, rows: list[dict[str, Any]], seconds: float, device: str,
+                    outputs: Any = "readouts") -> str:
         ok = self.passed(rows)
         verdict = ("<span style='color:#0a0;font-weight:bold'>PASS</span>" if ok
                    else "<span style='color:#c00;font-weight:bold'>FAIL</span>")
         body = "".join(
-            f"<tr><td>{html.escape(r['output'] or 'output')}</td>"
-            f"<td>{html.escape(str(r['shape']))}</td>"
+            f"<tr class='sw-check-row'><td>{html.escape(r['output'] or 'output')}</td>"
+            f"<td>{html.escape(str(r['shape']) if not r.get('missing') else 'not returned')}"
+            f"</td><td>{html.escape(r.get('reference', 'reference'))}</td>"
             f"<td>{r['max_abs']:.3g}</td><td>{r['max_rel']:.3g}</td></tr>"
             for r in rows
         )
         where = "GPU" if device == "cuda" else "CPU"
+        chosen = repr(outputs) if isinstance(outputs, str) else repr(list(outputs))
+        names = ", ".join(r["output"] for r in rows)
         return (f"<div>{verdict} against explorer.reference (float64), tolerance "
                 f"{getattr(self, 'tolerance', RELATIVE_TOLERANCE):.3g} relative; one call on "
                 f"the {where} took "
                 f"{seconds * 1e3:.2f} ms (includes transfers and the first-call setup)</div>"
+                f"<div class='sw-check-outputs' style='color:#444'>outputs="
+                f"{html.escape(chosen)}: the compile stores {html.escape(names)}, each checked "
+                "against the same output of the reference</div>"
                 "<table style='border-collapse:collapse' cellpadding='3'>"
                 "<tr><th align='left'>output</th><th align='left'>shape</th>"
+                "<th align='left'>compared with</th>"
                 "<th align='left'>max abs error</th><th align='left'>max rel error</th></tr>"
                 f"{body}</table>")
 

@@ -113,7 +113,10 @@ class TreeView(View):
         n = int(self.drawn.value)
         self._picture = picture = plan.picture(n)
         self._svg = {}
-        self.info.value = self._info_html(plan, picture, plan_seconds)
+        self.info.value = self._info_html(plan, picture, plan_seconds,
+                                          compiled.options.get("outputs", "readouts"),
+                                          tuple(compiled.recurrence.states),
+                                          tuple(compiled.recurrence.readouts))
         levels = len(picture.levels)
         self._syncing = True
         try:
@@ -125,7 +128,9 @@ class TreeView(View):
         self._render(0)
 
     @staticmethod
-    def _info_html(plan: Plan, picture: ScanPlan, plan_seconds: float | None) -> str:
+    def _info_html(plan: Plan, picture: ScanPlan, plan_seconds: float | None,
+                   outputs: Any = "readouts", states: tuple[str, ...] = (),
+                   readouts: tuple[str, ...] = ()) -> str:
         grid = plan.grid
         direction = (" backwards in time (scan position t is time L - 1 - t)"
                      if grid.direction == "reverse" else "")
@@ -166,9 +171,19 @@ class TreeView(View):
         timing = (f"; the pass took {seconds_text(plan_seconds)}" if plan_seconds else "")
         from explorer.passes.outputs import outputs_text
 
-        # what the kernels write, and where a readout sums the lanes (scan.store, scan.lane_sum)
-        stored = "<br>".join(html.escape(line.strip())
-                             for line in outputs_text(plan).splitlines())
+        # what the kernels write (the outputs option, as scan.store holds it), and where a
+        # readout sums the lanes (scan.lane_sum)
+        chosen = repr(outputs) if isinstance(outputs, str) else repr(list(outputs))
+        default = " (the default)" if outputs == "readouts" else ""
+        store = ", ".join(f'"{name}"' for name in plan.stored)
+        skipped = [r for r in readouts if r not in plan.stored]
+        stored = (f"<div class='sw-tree-outputs'>the <code>outputs</code> option: "
+                  f"<code>{html.escape(chosen)}</code>{default} &rarr; "
+                  f"<code>{html.escape(f'scan.store {{outputs = [{store}]}}')}</code>"
+                  + (f"; the readouts {html.escape(', '.join(skipped))} are not computed"
+                     if skipped else "") + "</div>"
+                  + "<br>".join(html.escape(line.strip())
+                                for line in outputs_text(plan, states).splitlines()))
         return ("<div><b>Read from the IR of the <code>scan-plan</code> pass</b> "
                 f"(<code>compiled.scan_plan</code>){timing}: {layout}.</div>"
                 f"<div style='color:#444'>{drawn}.</div><div>{stored}</div>")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 
+import numpy as np
 import pytest
 
 pytest.importorskip("ipywidgets")
@@ -453,3 +454,131 @@ def test_the_grid_box_compiles_the_lookback_plan() -> None:
     assert rows and widget.run.passed(rows), widget.run.check.value
     widget.strategy.value = "sequential"
     assert widget.grid.disabled and widget.compiled.scan_plan.lookback is None
+
+
+SELECTIVE = ex.PRESETS["selective scan"]
+
+
+def _outputs_row(widget: Explorer) -> list:
+    """The controls of the options row, in order (the box that holds the grid control)."""
+    row = next(child for child in widget.children
+               if hasattr(child, "children") and widget.grid in child.children)
+    return list(row.children)
+
+
+def test_the_outputs_box_is_in_the_options_row_and_reaches_the_compile(monkeypatch) -> None:
+    """The outputs control offers the compiler's keywords, sits beside grid and dtype, is
+    passed to ``explorer.compile`` and recompiles when it changes."""
+    from explorer.codegen.options import OUTPUTS
+
+    widget = Explorer(SELECTIVE, target="cpu")
+    assert "sw-outputs" in widget.outputs._dom_classes
+    assert widget.outputs in _outputs_row(widget)
+    assert [value for _, value in widget.outputs.options] == list(OUTPUTS)
+    labels = dict((value, label) for label, value in widget.outputs.options)
+    assert labels["readouts"] == "readouts (default)" and labels["all"] == "states and readouts"
+    assert "never written" in widget.outputs.tooltip
+    assert widget.outputs.value == "readouts" and widget.options()["outputs"] == "readouts"
+    assert widget.compiled.outputs == ("y",)
+    seen = []
+    compile_ = ex.compile
+
+    def spy(text, **options):
+        seen.append(options.get("outputs"))
+        return compile_(text, **options)
+
+    monkeypatch.setattr(ex, "compile", spy)
+    before = widget.compiled
+    widget.outputs.value = "all"
+    assert seen == ["all"], seen
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled is not before and widget.compiled.options["outputs"] == "all"
+    assert widget.compiled.outputs == ("h", "y")
+    widget.outputs.value = "states"
+    assert seen[-1] == "states" and widget.compiled.outputs == ("h",)
+    widget.show_tab("Scan tree")
+    info = html.unescape(_visible_text(widget.tree_view.info.value))
+    assert "outputs option: 'states'" in info and 'scan.store {outputs = ["h"]}' in info
+    assert "the readouts y are not computed" in info
+    ops = html.unescape(_visible_text(widget.tree_view.ops.value))
+    assert '"scan.store"() {outputs = ["h"]}' in ops
+    assert "outputs='states': scan.store {outputs = [h]}" in ops
+    widget.outputs.value = "readouts"
+    info = html.unescape(_visible_text(widget.tree_view.info.value))
+    assert "'readouts' (the default)" in info and "the states h are never written" in info
+
+
+def test_the_explorer_restores_the_outputs_of_a_record_and_of_code(tmp_path, monkeypatch) -> None:
+    from explorer import compiler
+
+    compiled = ex.compile(SELECTIVE, target="cpu", outputs="all")
+    loaded = compiler.load_compiled(compiled.dump(tmp_path / "all.json"))
+    widget = Explorer(loaded)
+    assert widget.compiled is loaded and widget.outputs.value == "all"
+    assert widget.options()["outputs"] == "all"
+    # names given by code are one more choice, labelled with them; a lone name is a tuple
+    named = Explorer(SELECTIVE, target="cpu", outputs=["y", "h_last"])
+    assert named.error is None, named.error_box.value
+    assert named.outputs.value == ("y", "h_last")
+    assert ("y, h_last", ("y", "h_last")) in list(named.outputs.options)
+    assert named.compiled.outputs == ("y", "h_last")
+    assert Explorer(AFFINE, target="cpu", outputs="h_last").outputs.value == ("h_last",)
+    # a record of such a compile shows the names too
+    again = Explorer(compiler.load_compiled(named.compiled.dump(tmp_path / "named.json")))
+    assert again.outputs.value == ("y", "h_last") and again.outputs.label == "y, h_last"
+    with pytest.raises(ex.OptionError, match="outputs must be one of"):
+        Explorer(AFFINE, outputs=3)
+
+
+@pytest.mark.parametrize("outputs, stored", [
+    ("readouts", ("y",)), ("states", ("h",)), ("all", ("h", "y")),
+    (("y", "h_last"), ("y", "h_last")),
+])
+def test_run_and_check_lists_every_stored_output(outputs, stored) -> None:
+    """Whatever is stored, the check table has a row per stored output, each compared with
+    the reference's same output (a last state: the state at the last step)."""
+    widget = Explorer(SELECTIVE, target="cpu", outputs=outputs)
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled.outputs == stored
+    panel = widget.run
+    panel.length.value = 200
+    panel.channels.value = 3
+    panel.state_size.value = 4
+    rows = panel.run_and_check()
+    assert [r["output"] for r in rows] == list(stored), panel.check.value
+    assert panel.passed(rows), panel.check.value
+    shapes = {"y": (3, 200), "h": (3, 4, 200), "h_last": (3, 4)}
+    assert all(r["shape"] == shapes[r["output"]] for r in rows)
+    # the table: one row per stored output, naming what it was compared with
+    table = re.findall(r"<tr class='sw-check-row'><td>([^<]*)</td><td>[^<]*</td><td>([^<]*)",
+                       panel.check.value)
+    assert [name for name, _ in table] == list(stored), panel.check.value
+    assert all(html.unescape(ref).startswith(f"reference {name.removesuffix('_last')}")
+               for name, ref in table)
+    shown = html.unescape(_visible_text(panel.check.value))
+    assert f"the compile stores {', '.join(stored)}" in shown
+    if "h_last" in stored:
+        assert "reference h[..., L-1] (the last state)" in shown
+    # a sweep on the CPU path runs whatever the call returns
+    panel.sweep([64, 128], wait=True)
+    assert panel.progress.bar_style == "success", panel.status.value
+
+
+def test_the_check_fails_for_an_output_the_call_did_not_return() -> None:
+    from explorer.widget.data import compare, reference_outputs
+
+    rec = ex.Recurrence.parse(SELECTIVE)
+    y = np.ones((2, 5))
+    h = np.ones((2, 3, 5))
+    expected, about = reference_outputs(rec, {"h": h, "y": y}, ("y", "h_last"))
+    assert np.array_equal(expected["h_last"], h[..., -1]) and about["y"] == "reference y"
+    backwards, _ = reference_outputs(rec, {"h": np.arange(10.0).reshape(1, 2, 5), "y": y},
+                                     ("h_last",), reverse=True)
+    assert list(backwards["h_last"][0]) == [0.0, 5.0]
+    rows = compare({"y": y}, expected, ("y", "h_last"))
+    assert [r["output"] for r in rows] == ["y", "h_last"] and rows[1].get("missing")
+    from explorer.widget.run import RunPanel
+
+    assert not RunPanel().passed(rows)
+    with pytest.raises(ValueError, match="g_last"):
+        reference_outputs(rec, {"h": h, "y": y}, ("g_last",))
