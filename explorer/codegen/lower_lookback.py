@@ -52,7 +52,7 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Gen
 from explorer.codegen.lower_block import block_scan
-from explorer.codegen.threads import WARP, Threads, if_then, min_i, padded
+from explorer.codegen.threads import WARP, Threads, if_then, min_i, padded, shuffle_element
 from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS
 
 #: the flags a block publishes for its tile
@@ -460,8 +460,7 @@ def _ordered_reduce(alg: Algebra, e: Element, lane: Value, lanes: int) -> Elemen
     x = e
     d = 1
     while d < lanes:
-        y = alg.pack([gpu.shuffle(v, c32(d), c32(WARP), gpu.ShuffleMode.XOR)[0]
-                      for v in x.values()])
+        y = shuffle_element(alg, x, c32(d), gpu.ShuffleMode.XOR)
         upper = arith.cmpi(arith.CmpIPredicate.ne, arith.andi(lane, c32(d)), c32(0))
         later = alg.pack([arith.select(upper, b, a) for a, b in zip(x.values(), y.values(),
                                                                      strict=True)])

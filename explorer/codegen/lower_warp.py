@@ -24,7 +24,15 @@ from mlir.dialects import arith, gpu
 from mlir.ir import Value
 
 from explorer.codegen.emit import Algebra, Element, add_i, c32, ci
-from explorer.codegen.threads import WARP, Threads, for_loop, if_then, pad, select_element
+from explorer.codegen.threads import (
+    WARP,
+    Threads,
+    for_loop,
+    if_then,
+    pad,
+    select_element,
+    shuffle_element,
+)
 
 Load = Callable[[Value], Element]
 Store = Callable[[Value, Element], None]
@@ -32,8 +40,7 @@ Store = Callable[[Value, Element], None]
 
 def _shuffle_up(alg: Algebra, e: Element, by: int) -> Element:
     """Every lane gets lane ``i - by``'s element (lanes below ``by`` get their own back)."""
-    return alg.pack([gpu.shuffle(v, c32(by), c32(WARP), gpu.ShuffleMode.UP)[0]
-                     for v in e.values()])
+    return shuffle_element(alg, e, c32(by), gpu.ShuffleMode.UP)
 
 
 def _at_least(lane: Value, n: int) -> Value:

@@ -419,7 +419,6 @@ def lower(built: BuiltModule | str, options: Options, steps: list[Step] | None =
         try:
             for i, step in enumerate(steps):
                 diagnostics.clear()
-                step = step.chosen(module.operation)
                 try:
                     printed: str | None = None
                     if i == backend:

@@ -6,7 +6,7 @@ LLVM dialect for the host."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.codegen.options import Options
@@ -20,23 +20,12 @@ class Step:
     ``rewrites``: an upstream pass that changed the module in every compile we know of (each
     preset, strategy and target). The module after it is printed without asking MLIR whether it
     changed: MLIR's fingerprints of the module before and after a pass cost about what printing
-    it does. Where such a pass changes nothing after all, the text says so (the same record).
-
-    ``choose``: the pipeline depends on the module the pass meets: called with the module
-    operation when the pipeline reaches the pass, it returns the pipeline that runs (and is
-    recorded) in place of ``pipeline``."""
+    it does. Where such a pass changes nothing after all, the text says so (the same record)."""
 
     name: str
     pipeline: str
     run: Callable[[Any, Any], None] | None = field(default=None, compare=False)
     rewrites: bool = False
-    choose: Callable[[Any], str] | None = field(default=None, compare=False)
-
-    def chosen(self, module_op: Any) -> Step:
-        """This step as it runs on ``module_op``: with the pipeline ``choose`` picks."""
-        if self.choose is None:
-            return self
-        return replace(self, pipeline=self.choose(module_op), choose=None)
 
 
 def scan_steps(state: Any) -> list[Step]:
@@ -64,20 +53,12 @@ def _cleanup() -> list[Step]:
 
 def cuda_steps(options: Options) -> list[Step]:
     """The passes of ``gpu-lower-to-nvvm-pipeline`` for ``options``, in order."""
-    def target(linked: bool) -> str:
-        from explorer.codegen.ptxas import find_libdevice
+    from explorer.codegen.ptxas import find_libdevice
 
-        libdevice = find_libdevice() if linked else None
-        link = f" l={libdevice}" if libdevice else ""
-        return top(f"nvvm-attach-target{{chip={options.chip} features={options.ptx_features} "
-                   f"O={options.opt_level}{link}}}")
-
-    def attach(module_op: Any) -> str:
-        # the backend reads, links and optimises libdevice whenever the target names it (a
-        # tenth of a second of an affine scan's compile): named only where a kernel may call
-        # it (a call left unlinked is refused after the backend, never run)
-        return target(calls_libdevice(module_op))
-
+    libdevice = find_libdevice()
+    link = f" l={libdevice}" if libdevice else ""
+    target = (f"nvvm-attach-target{{chip={options.chip} features={options.ptx_features} "
+              f"O={options.opt_level}{link}}}")
     return [
         *_cleanup(),
         Step("convert-nvgpu-to-nvvm", top("convert-nvgpu-to-nvvm")),
@@ -87,7 +68,7 @@ def cuda_steps(options: Options) -> list[Step]:
         Step("convert-nvvm-to-llvm", top("convert-nvvm-to-llvm")),
         Step("convert-func-to-llvm", top("convert-func-to-llvm"), rewrites=True),
         Step("expand-strided-metadata", top("expand-strided-metadata"), rewrites=True),
-        Step("nvvm-attach-target", target(False), rewrites=True, choose=attach),
+        Step("nvvm-attach-target", top(target), rewrites=True),
         Step("lower-affine", top("lower-affine")),
         Step("convert-arith-to-llvm", top("convert-arith-to-llvm"), rewrites=True),
         Step("convert-index-to-llvm", top("convert-index-to-llvm{index-bitwidth=64}")),
@@ -139,33 +120,3 @@ def cpu_steps(options: Options) -> list[Step]:
         Step("cse", top("cse"), rewrites=True),
         Step("reconcile-unrealized-casts", top("reconcile-unrealized-casts")),
     ]
-
-
-#: ops that ``convert-gpu-to-nvvm`` may lower to a call of a libdevice function (``__nv_expf``,
-#: ``__nv_fmodf``, ...); some of the math dialect's become NVVM intrinsics instead, which only
-#: costs a link not needed
-_LIBDEVICE_DIALECTS = ("math.",)
-_LIBDEVICE_OPS = ("arith.remf",)
-
-
-def calls_libdevice(module_op: Any) -> bool:
-    """Whether a kernel of ``module_op`` (an op inside a ``gpu.module``) may call libdevice: an
-    op of the math dialect, or a float remainder."""
-    from mlir.ir import WalkOrder, WalkResult
-
-    found = False
-
-    def look(op: Any) -> Any:
-        nonlocal found
-        name = op.name
-        if name.startswith(_LIBDEVICE_DIALECTS) or name in _LIBDEVICE_OPS:
-            found = True
-            return WalkResult.INTERRUPT
-        return WalkResult.ADVANCE
-
-    for op in module_op.regions[0].blocks[0].operations:
-        if op.operation.name == "gpu.module":
-            op.operation.walk(look, WalkOrder.PRE_ORDER)
-            if found:
-                return True
-    return False

@@ -110,6 +110,13 @@ class Threads:
             nvvm.bar_warp_sync(c32(-1))
 
 
+def shuffle_element(alg: Algebra, e: Element, offset: Value, mode: gpu.ShuffleMode) -> Element:
+    """The element another lane of the warp holds (``gpu.shuffle`` of each of its values, all
+    32 lanes taking part): lane ``i - offset`` for ``UP``, lane ``i ^ offset`` for ``XOR``,
+    lane ``offset`` for ``IDX``."""
+    return alg.pack([gpu.shuffle(v, offset, c32(WARP), mode)[0] for v in e.values()])
+
+
 def select_element(cond: Value, a: Element, b: Element, alg: Algebra) -> Element:
     return alg.pack([arith.select(cond, x, y) for x, y in zip(a.values(), b.values(),
                                                                   strict=True)])

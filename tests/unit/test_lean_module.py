@@ -1,6 +1,6 @@
-"""What keeps a compile's module small and its backend short: ``scan-lower`` makes each
-constant of a function once (``explorer.codegen.emit.constants_in``), and the NVPTX target
-links CUDA's libdevice only where a kernel may call it (``explorer.codegen.steps``)."""
+"""``scan-lower`` makes each constant of a function once, at the top of its entry block
+(``explorer.codegen.emit.constants_in``): the module shown after it holds the kernels' work,
+not thousands of repeated constants for ``canonicalize`` to fold."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ from mlir.ir import (  # noqa: E402
 
 import explorer  # noqa: E402
 from explorer.codegen.emit import cf, ci, constants_in  # noqa: E402
-from explorer.codegen.ptxas import find_libdevice  # noqa: E402
-from explorer.codegen.steps import calls_libdevice  # noqa: E402
 from explorer.presets import PRESETS  # noqa: E402
 
 _CONSTANT = re.compile(r"= arith\.constant ([^:]+) : (\S+)")
@@ -82,42 +80,3 @@ def test_a_pool_puts_constants_first_in_the_order_asked_and_dominating() -> None
     assert names[:4] == ["arith.constant"] * 4 and names[4] != "arith.constant", names
     assert values[:2] == ["7 : index", "3 : index"], values
     assert names.count("arith.constant") == 6, names
-
-
-def test_libdevice_is_linked_only_where_a_kernel_calls_it() -> None:
-    if find_libdevice() is None:
-        pytest.skip("CUDA's libdevice.10.bc is not installed here")
-    plain = explorer.compile(PRESETS["affine scan"], cache=False)
-    mamba = explorer.compile(PRESETS["Mamba selective scan"], cache=False)
-
-    def attach(c: object) -> str:
-        return next(p.pipeline for p in c.passes if p.name == "nvvm-attach-target")  # type: ignore[attr-defined]
-    assert " l=" not in attach(plain)
-    assert " l=" in attach(mamba) and "libdevice" in attach(mamba)
-    for c in (plain, mamba):
-        assert c.ptx is not None and ".extern .func __nv_" not in c.ptx
-    assert "__nv_" not in plain.ptx
-    assert "ex2.approx" in mamba.ptx   # libdevice's expf, inlined
-
-
-_KERNEL = """module attributes {{gpu.container_module}} {{
-  gpu.module @k {{
-    gpu.func @f(%x: f32) kernel {{
-      %y = {op} %x{extra} : f32
-      gpu.return
-    }}
-  }}
-  func.func @host(%x: f32) -> f32 {{
-    %y = math.exp %x : f32
-    return %y : f32
-  }}
-}}"""
-
-
-@pytest.mark.parametrize("op,extra,expected", [
-    ("math.exp", "", True), ("math.tanh", "", True), ("arith.remf", ", %x", True),
-    ("arith.addf", ", %x", False), ("arith.negf", "", False)])
-def test_calls_libdevice_reads_the_kernels_only(op: str, extra: str, expected: bool) -> None:
-    with Context(), Location.unknown():
-        module = Module.parse(_KERNEL.format(op=op, extra=extra))
-        assert calls_libdevice(module.operation) is expected

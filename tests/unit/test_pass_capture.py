@@ -89,7 +89,6 @@ def oracle(text: str, steps: list[Step]) -> tuple[list[dict[str, Any]], str]:
         module = Module.parse(text)
         before = text
         for step in steps:
-            step = step.chosen(module.operation)   # the pipeline as it runs on this module
             if step.run is not None:
                 pm = PassManager()
                 pm.add(step.run, step.name)
