@@ -115,6 +115,21 @@ def _error_html(err: BaseException) -> str:
     return out + "</div>"
 
 
+#: the compile options the options row has a control for
+CONTROLLED = frozenset({"target", "strategy", "block_size", "elements_per_thread", "chip",
+                        "dtype", "reverse", "grid", "outputs"})
+
+
+def _kept_html(kept: dict[str, Any]) -> str:
+    """The line under the options row naming the record's options kept without a control."""
+    if not kept:
+        return ""
+    listed = ", ".join(f"{k}={v!r}" for k, v in sorted(kept.items()))
+    return ("<div style='font-size:12px;color:#555'>also kept from the compiled record (no "
+            f"control here; every compile from these controls uses them): "
+            f"<code>{html.escape(listed)}</code></div>")
+
+
 class Explorer(widgets.VBox):
     """Interactive compiler explorer for one affine recurrence.
 
@@ -159,6 +174,12 @@ class Explorer(widgets.VBox):
             outputs = opts.get("outputs", "readouts")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
+        #: options of a given record that no control sets (``varlen``, ``out_dtype``,
+        #: ``chunk_tiles``, ...), where they differ from the defaults: every compile made from
+        #: the controls keeps them, and the options row says so
+        self.kept_options: dict[str, Any] = {} if given is None else {
+            k: v for k, v in given.options.items()
+            if k not in CONTROLLED and k in defaults.as_dict() and v != defaults.as_dict()[k]}
         if grid is None:
             grid = defaults.grid
         if outputs is None:
@@ -262,6 +283,8 @@ class Explorer(widgets.VBox):
                                           for v in self._views],
                                 titles=self.TAB_TITLES)
 
+        self.kept = widgets.HTML(_kept_html(self.kept_options))
+        self.kept.add_class("sw-kept-options")
         header = widgets.HTML(_WIDGET_CSS + style_sheet()
                               + "<div class='sw-title'>ScanWeaver Explorer</div>")
         super().__init__([
@@ -273,6 +296,7 @@ class Explorer(widgets.VBox):
                           self.elements_per_thread, self.grid, self.outputs, self.dtype,
                           self.chip, self.reverse],
                          layout=widgets.Layout(flex_flow="row wrap")),
+            self.kept,
             self.times.widget,
             self.tabs,
         ])
@@ -303,6 +327,7 @@ class Explorer(widgets.VBox):
             "reverse": bool(self.reverse.value),
             "grid": self.grid.value,
             "outputs": self.outputs.value,
+            **self.kept_options,
         }
 
     def recompile(self) -> bool:

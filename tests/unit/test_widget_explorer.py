@@ -582,3 +582,20 @@ def test_the_check_fails_for_an_output_the_call_did_not_return() -> None:
     assert not RunPanel().passed(rows)
     with pytest.raises(ValueError, match="g_last"):
         reference_outputs(rec, {"h": h, "y": y}, ("g_last",))
+
+
+def test_a_record_keeps_its_options_without_a_control_through_recompiles() -> None:
+    """A record compiled with options the options row has no control for (packed sequences,
+    float32 outputs of 16-bit inputs, another chunk length) keeps them when a control
+    recompiles it, and the row says which; a record with default options says nothing."""
+    record = ex.compile(AFFINE, target="cpu", varlen=True, chunk_tiles=4)
+    widget = Explorer(record)
+    assert widget.kept_options == {"varlen": True, "chunk_tiles": 4}
+    assert "varlen=True" in widget.kept.value and "chunk_tiles=4" in widget.kept.value
+    widget.strategy.value = "kogge_stone"
+    assert widget.error is None, widget.error
+    assert widget.compiled is not record and widget.compiled.strategy == "kogge_stone"
+    assert widget.compiled.options["varlen"] is True
+    assert widget.compiled.options["chunk_tiles"] == 4
+    plain = Explorer(ex.compile(AFFINE, target="cpu"))
+    assert plain.kept_options == {} and plain.kept.value == ""
