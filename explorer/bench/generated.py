@@ -52,22 +52,26 @@ def generated(path: str | os.PathLike[str], name: str | None = None,
     art = load_artifact(path)
     label = name or f"scanweaver-{art.strategy or Path(path).name}"
     try:
-        _, a_name, b_name = artifact_roles(art)
+        state, a_name, b_name = artifact_roles(art)
+        if art.outputs and art.outputs[0] != state:
+            # the affine path compares the state's whole trajectory: a compile storing its
+            # last state alone goes the general way (which says what it can check)
+            raise Skip(f"stores {', '.join(art.outputs)}, not the trajectory of {state}")
     except Skip:
         return Method(label, "generated", lambda p: _general_setup(art, p, state_size),
                       art.describe(), artifact=str(path))
     reverse = reversed_in_time(art)
 
     def setup(p: Problem) -> Prepared:
+        if art.dtype != p.dtype:
+            raise Skip(f"compiled for {art.dtype} inputs, not {p.dtype} (compile with "
+                       f"dtype={p.dtype!r})")
         import cupy as cp
 
         from explorer.bench.affine import affine_scan_f64, max_rel_error
         from explorer.runtime.cuda import CudaKernel
         from explorer.runtime.dtypes import from_storage
 
-        if art.dtype != p.dtype:
-            raise Skip(f"compiled for {art.dtype} inputs, not {p.dtype} (compile with "
-                       f"dtype={p.dtype!r})")
         kernel = CudaKernel.from_artifact(art, poison=True)
         # 16-bit inputs as torch tensors of their dtype (read where they are, no rounding)
         a, b = (p.a, p.b) if p.dtype == "float32" else (p.torch("a"), p.torch("b"))
@@ -178,7 +182,14 @@ def general_problem(art: Any, kernel: Any, C: int, L: int, N: int,
     given = {k: flip(part(k, v)) if reverse and k in timed else part(k, v)
              for k, v in arrays.items()}
     ref = explorer.reference(art.recurrence, L=None if timed_length else span, **given)
-    refs = ref if isinstance(ref, dict) else {kernel.output_names[0]: ref}
+    if not isinstance(ref, dict):
+        # the reference returns its one output bare: the recurrence's only state or readout
+        # (which a compile storing last states alone does not write)
+        from explorer.frontend.recurrence import Recurrence
+
+        parsed = Recurrence.parse(art.recurrence)
+        ref = {(tuple(parsed.states) + tuple(parsed.readouts))[0]: ref}
+    refs = ref
     # what the kernel writes (a compile may store its readouts alone)
     refs = {k: v for k, v in refs.items() if k in kernel.output_names}
     if reverse:
@@ -187,14 +198,19 @@ def general_problem(art: Any, kernel: Any, C: int, L: int, N: int,
 
 
 def _general_setup(art: Any, p: Problem, N: int) -> Prepared:
-    import cupy as cp
-    import numpy as np
-
-    from explorer.bench.affine import max_rel_error
     from explorer.runtime.cuda import CudaKernel
 
     kernel = CudaKernel.from_artifact(art, poison=True)
     g = general_problem(art, kernel, p.C, p.L, N)
+    if not g.refs:
+        raise Skip(f"the compile stores {', '.join(kernel.output_names)} only (last states): "
+                   "the sweep checks outputs over time against float64, so compile it with "
+                   "outputs='states' or 'all' to time it here")
+    import cupy as cp
+    import numpy as np
+
+    from explorer.bench.affine import max_rel_error
+
     launch = kernel.prepare(L=g.L, **{k: cp.asarray(v) for k, v in g.arrays.items()})
 
     def check() -> float:

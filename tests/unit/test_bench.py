@@ -384,3 +384,23 @@ def test_a_problem_past_the_reference_limit_is_checked_on_a_sample(tmp_path: Pat
             assert max_rel_error(g.sample(broken, name), ref) > 1e-3, name
     whole = general_problem(art, kernel, C, L, N)
     assert whole.channels is None and whole.described == "checked whole"
+
+
+def test_a_compile_storing_last_states_alone_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    """The sweep checks outputs over time: an affine scan compiled to store ``h_last`` alone
+    leaves the baselines' path (which would read its one value a channel as the trajectory)
+    and is skipped, saying why, before anything runs on a GPU."""
+    from explorer.bench.generated import generated
+    from explorer.bench.methods import Problem, Skip
+
+    _, art = _artifact(tmp_path, "h[t] = a[t] * h[t-1] + b[t]", outputs=("h_last",))
+    assert art.outputs == ("h_last",)
+    method = generated(tmp_path / "art")
+    with pytest.raises(Skip, match="h_last only"):
+        method.setup(Problem(C=4, L=64, a=None, b=None))
+    # storing the trajectory keeps the baselines' path (its dtype check comes first)
+    _, full = _artifact(tmp_path / "full", "h[t] = a[t] * h[t-1] + b[t]")
+    assert full.outputs == ("h",)
+    with pytest.raises(Skip, match="compiled for float32"):
+        generated(tmp_path / "full" / "art").setup(Problem(C=4, L=64, a=None, b=None,
+                                                          dtype="bfloat16"))
