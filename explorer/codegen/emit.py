@@ -57,10 +57,10 @@ class ConstantPool:
 
     def __init__(self, entry: Block) -> None:
         self.entry = entry
-        self.values: dict[tuple[str, object], Value] = {}
+        self.values: dict[tuple[object, ...], Value] = {}
         self.last: Operation | None = None
 
-    def get(self, key: tuple[str, object], make: Callable[[], Value]) -> Value:
+    def get(self, key: tuple[object, ...], make: Callable[[], Value]) -> Value:
         found = self.values.get(key)
         if found is not None:
             return found
