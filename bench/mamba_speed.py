@@ -3,6 +3,7 @@
     python bench/mamba_speed.py --build .artifacts/mamba          # here: compile (needs MLIR)
     python bench/mamba_speed.py --artifacts .artifacts/mamba \\
         --mamba-src /path/to/state-spaces/mamba --json out.json   # GPU: numpy, cupy, torch
+    # bf16 inputs and output (fp32 state), as mamba-ssm takes them: --dtype bfloat16 in both
 
 The recurrence is the preset "Mamba selective scan" (``delta_bias``, ``delta_softplus``, the
 ``D`` skip and the ``z`` gate, as mamba-ssm's ``selective_scan_fn`` computes them).  Shapes are
@@ -50,6 +51,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 DEFAULT_SHAPES = ["8x1536x16x2048", "8x1536x16x8192", "8x1536x16x32768", "8x1536x16x131072"]
 #: max |y - y_float64| / max |y_float64| on the sampled channels before a method is timed
 CHECK_TOL = 2e-3
+#: the same with 16-bit inputs and output: y rounded to bf16 is off by up to 2^-9 of itself
+CHECK_TOL_16 = 1e-2
+#: ``--dtype``: the dtype of x, dt, z, B, C and y (A, D and delta_bias stay float32, the state
+#: and the arithmetic are float32), as mamba-ssm's forward takes them
+DTYPES = ("float32", "bfloat16")
 #: largest copy timed for the roofline (bytes); longer ones are scaled from it
 COPY_MAX = 4 * 2**30
 #: channels checked against float64 (first, last and these many between)
@@ -70,8 +76,9 @@ def _parse_shape(text: str) -> tuple[int, int, int, int]:
 
 
 # -- building here --------------------------------------------------------------------------------
-def build(folder: Path, strategies: tuple[str, ...]) -> None:
-    """Compile the preset with each strategy into ``folder/<strategy>`` (artifact directories)."""
+def build(folder: Path, strategies: tuple[str, ...], dtype: str = "float32") -> None:
+    """Compile the preset with each strategy into ``folder/<strategy>`` (artifact directories),
+    for inputs and output of ``dtype``."""
     import explorer as ex
     from explorer.presets import PRESETS
 
@@ -79,7 +86,7 @@ def build(folder: Path, strategies: tuple[str, ...]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for s in strategies:
         t0 = time.perf_counter()
-        ex.compile(text, strategy=s, cache=False).save(folder / s)
+        ex.compile(text, strategy=s, dtype=dtype, cache=False).save(folder / s)
         print(f"compiled {s} in {time.perf_counter() - t0:.2f} s -> {folder / s}")
 
 
@@ -144,10 +151,11 @@ def mamba_ref(src: Path) -> Callable[..., Any]:
 class Problem:
     """Inputs of one shape on the GPU, in Mamba's layout, and the float64 check."""
 
-    def __init__(self, batch: int, D: int, N: int, L: int, seed: int = 0) -> None:
+    def __init__(self, batch: int, D: int, N: int, L: int, seed: int = 0,
+                 dtype: str = "float32") -> None:
         import torch
 
-        self.batch, self.D, self.N, self.L = batch, D, N, L
+        self.batch, self.D, self.N, self.L, self.dtype = batch, D, N, L, dtype
         g = torch.Generator(device="cuda").manual_seed(seed)
         dev = "cuda"
 
@@ -162,11 +170,21 @@ class Problem:
         self.A = -torch.rand(D, N, generator=g, device=dev) * 2.0 - 0.1   # decays
         self.Dskip = randn(D)
         self.dt_bias = randn(D, scale=0.1)
+        if dtype != "float32":   # the timed inputs in 16 bits; the reference reads the same
+            narrow = getattr(torch, dtype)
+            self.x, self.dt, self.z, self.B, self.C = (
+                t.to(narrow) for t in (self.x, self.dt, self.z, self.B, self.C))
 
     @property
     def fused_bytes(self) -> int:
-        """What a fused forward must move: x, dt, z read, y written; B, C read (fp32)."""
-        return 4 * (4 * self.batch * self.D * self.L + 2 * self.batch * self.N * self.L)
+        """What a fused forward must move: x, dt, z read, y written; B, C read (4 bytes each
+        in float32, 2 in bfloat16)."""
+        size = 4 if self.dtype == "float32" else 2
+        return size * (4 * self.batch * self.D * self.L + 2 * self.batch * self.N * self.L)
+
+    @property
+    def tolerance(self) -> float:
+        return CHECK_TOL if self.dtype == "float32" else CHECK_TOL_16
 
     def ours_arrays(self) -> dict[str, Any]:
         return {"x": self.x, "dt": self.dt, "z": self.z, "B": self.B, "C": self.C,
@@ -203,6 +221,16 @@ class Problem:
         return worst
 
 
+def check_dtypes(kernels: dict[str, Any], dtype: str) -> None:
+    """Refuse artifacts compiled for another input dtype than the run's (they would be given
+    tensors they do not read)."""
+    wrong = {s: k.artifact.dtype for s, k in kernels.items() if k.artifact.dtype != dtype}
+    if wrong:
+        listed = ", ".join(f"{s} ({d})" for s, d in wrong.items())
+        raise SystemExit(f"--dtype {dtype}, but these artifacts were compiled for another "
+                         f"dtype: {listed}; build them with --build DIR --dtype {dtype}")
+
+
 def _y(out: Any) -> Any:
     """The readout ``y`` of a call's result (a dict when states are returned too)."""
     return out["y"] if isinstance(out, dict) else out
@@ -222,10 +250,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     text = PRESETS["Mamba selective scan"]
     device = torch.cuda.get_device_name()
     report: dict[str, Any] = {"device": device, "driver": _driver(), "torch": torch.__version__,
-                              "rows": []}
-    print(f"GPU: {device}, driver {report['driver']}, torch {torch.__version__}")
+                              "rows": [], "dtype": args.dtype}
+    print(f"GPU: {device}, driver {report['driver']}, torch {torch.__version__}, "
+          f"{args.dtype}")
     kernels = {s: ex.load(args.artifacts / s) for s in args.strategies
                if (args.artifacts / s).is_dir()}
+    check_dtypes(kernels, args.dtype)
     mamba = None
     if args.mamba_src is not None:
         try:
@@ -258,7 +288,7 @@ def _one_shape(shape: str, text: str, kernels: dict[str, Any], mamba: Any,
 
     batch, D, N, L = _parse_shape(shape)
     row: dict[str, Any] = {"shape": shape, "methods": {}}
-    p = Problem(batch, D, N, L)
+    p = Problem(batch, D, N, L, dtype=args.dtype)
     ref = p.reference(text)
     # the copy roofline: a copy of the fused bytes, or of COPY_MAX bytes scaled up to them
     # (past a few GiB a copy's bandwidth no longer changes, and two buffers of 24 GiB
@@ -278,8 +308,8 @@ def _one_shape(shape: str, text: str, kernels: dict[str, Any], mamba: Any,
         err = p.error(y, ref)
         entry: dict[str, Any] = {"max_rel_err": err}
         row["methods"][name] = entry
-        if err > CHECK_TOL or not math.isfinite(err):
-            entry["skipped"] = f"wrong: error {err:.2e} > {CHECK_TOL}"
+        if err > p.tolerance or not math.isfinite(err):
+            entry["skipped"] = f"wrong: error {err:.2e} > {p.tolerance}"
             print(f"  {name:<22} WRONG (error {err:.2e}), not timed")
             return
         if fn is None:
@@ -336,7 +366,8 @@ def _driver() -> str:
 
 def table(report: dict[str, Any]) -> str:
     """Markdown: shape, method, ms, ratio to mamba-ssm, share of copy, error."""
-    lines = [f"GPU: {report['device']} (driver {report['driver']}), fp32",
+    lines = [f"GPU: {report['device']} (driver {report['driver']}), "
+             f"{report.get('dtype', 'float32')}",
              "", "| shape | method | ms | mamba-ssm / method | of copy | max rel err |",
              "| --- | --- | --- | --- | --- | --- |"]
     for row in report["rows"]:
@@ -363,10 +394,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ref-max-len", type=int, default=8192,
                     help="longest L at which selective_scan_ref runs (it is slow)")
     ap.add_argument("--budget-ms", type=float, default=300.0)
+    ap.add_argument("--dtype", choices=DTYPES, default="float32",
+                    help="x, dt, z, B, C and y in this dtype (A, D, delta_bias, the state: "
+                         "float32); --build compiles for it, a run checks the artifacts match")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
     if args.build is not None:
-        build(args.build, tuple(args.strategies))
+        build(args.build, tuple(args.strategies), args.dtype)
         return 0
     if args.artifacts is None:
         ap.error("--artifacts (a folder written by --build) is needed to run")

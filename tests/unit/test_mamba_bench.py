@@ -56,3 +56,17 @@ def test_shapes(text, shape):
 def test_bad_shapes_are_refused(text):
     with pytest.raises((SystemExit, ValueError)):
         mamba_speed._parse_shape(text)
+
+
+def test_artifacts_of_another_dtype_are_refused(tmp_path):
+    pytest.importorskip("mlir.ir", reason="compiling needs MLIR's Python bindings")
+    import explorer as ex
+    from explorer.presets import PRESETS
+
+    ex.compile(PRESETS["Mamba selective scan"], dtype="bfloat16").save(tmp_path / "blelloch")
+    kernels = {"blelloch": ex.load(tmp_path / "blelloch")}
+    mamba_speed.check_dtypes(kernels, "bfloat16")   # the run's dtype: accepted
+    with pytest.raises(SystemExit, match=r"compiled for another dtype: blelloch \(bfloat16\)"):
+        mamba_speed.check_dtypes(kernels, "float32")
+    # the 16-bit arrays of the compile are mamba-ssm's: x, dt, z, B, C and y; A, D, dt_bias not
+    assert set(kernels["blelloch"].narrow) == {"x", "dt", "z", "B", "C", "y"}
