@@ -1,7 +1,9 @@
 """Code generation helpers: sympy expressions -> arith/math ops, and the scan element algebra.
 
 Everything here emits at the current MLIR insertion point (``with InsertionPoint(...)``) inside
-an active ``Context`` and ``Location``.
+an active ``Context`` and ``Location``, except the constants of :func:`ci`, :func:`cf` and
+:func:`cint` while a function is built inside :func:`constants_in`: those are made once a
+function, at the top of its entry block.
 
 * :class:`ExprEmitter` turns a sympy tree (Add, Mul, Pow with integer or +-1/2 exponents, exp,
   log, tanh, sqrt, Abs, Max, Min, symbols, numbers) into ``arith``/``math`` ops on f32 values.
@@ -49,7 +51,7 @@ def index() -> IndexType:
 
 
 class ConstantPool:
-    """The index and f32 constants of one function, each made once, at the top of the
+    """The index, f32 and integer constants of one function, each made once, at the top of the
     function's entry block (where they dominate every use in the function), in the order
     first asked for. A kernel asks for the same small constants thousands of times (offsets,
     strides, the identity element); made once each, the module ``scan-lower`` writes is a
