@@ -251,3 +251,43 @@ def interpret(rec: Recurrence | str, /, L: int | None = None, **arrays: Any
             arr = arr[..., 0, :]
         out[name] = arr
     return _results(rec, out)
+
+
+def named_outputs(recurrence: Recurrence | str, ref: Any) -> dict[str, Any]:
+    """The outputs :func:`reference` returned, by name: one output comes back bare, and it is
+    the recurrence's only state or readout (never a compile's first output, which may be a
+    last state)."""
+    if isinstance(ref, dict):
+        return dict(ref)
+    rec = Recurrence.parse(recurrence) if isinstance(recurrence, str) else recurrence
+    return {(tuple(rec.states) + tuple(rec.readouts))[0]: ref}
+
+
+def stored_reference(recurrence: Recurrence | str, ref: Any, stored: tuple[str, ...],
+                     reverse: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+    """The reference of every output a compile stores (``stored``: its outputs, last states
+    included), and what each is compared with, in words.
+
+    ``ref`` is what :func:`reference` returned for the whole sequence (time the last axis). A
+    last state (``h_last``) is that state after the last step of the scan: time ``L - 1``, or
+    time 0 scanning backwards. An output the reference cannot give raises ``ValueError``
+    naming it."""
+    from explorer.frontend.names import LAST_SUFFIX
+
+    rec = Recurrence.parse(recurrence) if isinstance(recurrence, str) else recurrence
+    expected = named_outputs(rec, ref)
+    wanted: dict[str, Any] = {}
+    about: dict[str, str] = {}
+    for name in stored:
+        if name in expected:
+            wanted[name] = expected[name]
+            about[name] = f"reference {name}"
+            continue
+        state = name[:-len(LAST_SUFFIX)] if name.endswith(LAST_SUFFIX) else None
+        if state is None or state not in expected or state not in rec.states:
+            raise ValueError(f"the compile stores {name}, which explorer.reference does not "
+                             f"give (it gives {', '.join(expected)})")
+        step = 0 if reverse else -1
+        wanted[name] = np.asarray(expected[state])[..., step]
+        about[name] = f"reference {state}[..., {'0' if reverse else 'L-1'}] (the last state)"
+    return wanted, about

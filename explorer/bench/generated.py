@@ -160,6 +160,7 @@ def general_problem(art: Any, kernel: Any, C: int, L: int, N: int,
 
     import explorer
     from explorer.bench.inputs import random_inputs
+    from explorer.groundtruth import named_outputs
 
     lanes = N if kernel.vector else 1
     arrays = random_inputs(kernel, C, L, N, seed=C + L)
@@ -182,14 +183,8 @@ def general_problem(art: Any, kernel: Any, C: int, L: int, N: int,
     given = {k: flip(part(k, v)) if reverse and k in timed else part(k, v)
              for k, v in arrays.items()}
     ref = explorer.reference(art.recurrence, L=None if timed_length else span, **given)
-    if not isinstance(ref, dict):
-        # the reference returns its one output bare: the recurrence's only state or readout
-        # (which a compile storing last states alone does not write)
-        from explorer.frontend.recurrence import Recurrence
-
-        parsed = Recurrence.parse(art.recurrence)
-        ref = {(tuple(parsed.states) + tuple(parsed.readouts))[0]: ref}
-    refs = ref
+    # the outputs over time (a last state cannot be checked on the first steps sampled)
+    refs = named_outputs(art.recurrence, ref)
     # what the kernel writes (a compile may store its readouts alone)
     refs = {k: v for k, v in refs.items() if k in kernel.output_names}
     if reverse:

@@ -39,9 +39,14 @@ def reference_outputs(kernel: Any, arrays: dict[str, Any], L: int | None = None
         return np.ascontiguousarray(np.asarray(x)[..., ::-1])
     if reverse:
         arrays = {k: flip(v) if k in timed else v for k, v in arrays.items()}
+    from explorer.groundtruth import named_outputs, stored_reference
+
     ref = explorer.reference(kernel.artifact.recurrence, L=L, **arrays)
-    refs = ref if isinstance(ref, dict) else {names[0]: ref}
-    out = {k: flip(v) if reverse else np.asarray(v) for k, v in refs.items()}
+    trajectories = {k: flip(v) if reverse else np.asarray(v)
+                    for k, v in named_outputs(kernel.artifact.recurrence, ref).items()}
+    # what the kernel stores: its states and readouts, and its last states (the state at
+    # the last step of the scan)
+    out, _ = stored_reference(kernel.artifact.recurrence, trajectories, tuple(names), reverse)
     return out, "explorer.reference" + (" (flipped in time)" if reverse else "")
 
 

@@ -132,32 +132,9 @@ def compare(result: Any, expected: Any, names: tuple[str, ...] = ("output",)
 
 def reference_outputs(recurrence: Any, expected: Any, stored: tuple[str, ...],
                       reverse: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
-    """The reference of every output a compile stores (``stored``: ``compiled.outputs``), and
-    what each is compared with, in words.
+    """The reference of every output a compile stores, and what each is compared with
+    (:func:`explorer.groundtruth.stored_reference`; ``expected`` is what
+    :func:`bounded_inputs` returned)."""
+    from explorer.groundtruth import stored_reference
 
-    ``expected`` is what :func:`bounded_inputs` returned: the reference of the recurrence's
-    states and readouts (one array when it has a single output). A last state (``h_last``) is
-    that state after the last step of the scan: time ``L - 1``, or time 0 scanning backwards.
-    An output the reference cannot give raises ``ValueError`` naming it.
-    """
-    from explorer.frontend.names import LAST_SUFFIX
-
-    if not isinstance(expected, dict):
-        # the reference returns a lone output bare: the recurrence's only state or readout
-        names = tuple(recurrence.states) + tuple(recurrence.readouts)
-        expected = {names[0]: expected}
-    wanted: dict[str, Any] = {}
-    about: dict[str, str] = {}
-    for name in stored:
-        if name in expected:
-            wanted[name] = expected[name]
-            about[name] = f"reference {name}"
-            continue
-        state = name[:-len(LAST_SUFFIX)] if name.endswith(LAST_SUFFIX) else None
-        if state is None or state not in expected or state not in recurrence.states:
-            raise ValueError(f"the compile stores {name}, which explorer.reference does not "
-                             f"give (it gives {', '.join(expected)})")
-        step = 0 if reverse else -1
-        wanted[name] = np.asarray(expected[state])[..., step]
-        about[name] = f"reference {state}[..., {'0' if reverse else 'L-1'}] (the last state)"
-    return wanted, about
+    return stored_reference(recurrence, expected, stored, reverse)

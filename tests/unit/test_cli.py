@@ -152,3 +152,26 @@ def test_the_reference_of_a_reversed_artifact_is_flipped_in_time(tmp_path):
     forward, _ = reference_outputs(ex.load(ex.compile(text, target="cuda").save(
         tmp_path / "fwd")), {"a": a, "b": b})
     assert not np.allclose(forward["h"], refs["h"])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_run_checks_a_last_state_against_the_state_at_the_last_step(tmp_path: Path,
+                                                                     reverse: bool) -> None:
+    """A compile storing ``h_last`` alone is checked against the reference state after the
+    last step of its scan (time L-1, or 0 scanning backwards), never against the trajectory."""
+    import numpy as np
+
+    import explorer as ex
+    from explorer.cli import reference_outputs
+
+    text = "h[t] = a[t] * h[t-1] + b[t]"
+    kernel = ex.load(ex.compile(text, target="cuda", outputs=("h_last",), reverse=reverse)
+                     .save(tmp_path / "last"))
+    assert list(kernel.output_names) == ["h_last"]
+    rng = np.random.default_rng(7)
+    a = rng.uniform(0.5, 1.0, (4, 40)).astype(np.float32)
+    b = rng.standard_normal((4, 40)).astype(np.float32)
+    refs, _ = reference_outputs(kernel, {"a": a, "b": b})
+    assert set(refs) == {"h_last"} and refs["h_last"].shape == (4,)
+    cpu = ex.compile(text, target="cpu", outputs=("h_last",), reverse=reverse)(a=a, b=b)
+    np.testing.assert_allclose(refs["h_last"], cpu, rtol=1e-4, atol=1e-5)
