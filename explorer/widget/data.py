@@ -128,13 +128,3 @@ def compare(result: Any, expected: Any, names: tuple[str, ...] = ("output",)
         rows.append({"output": name, "shape": got64.shape, "max_abs": max_abs,
                      "max_rel": max_rel})
     return rows
-
-
-def reference_outputs(recurrence: Any, expected: Any, stored: tuple[str, ...],
-                      reverse: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
-    """The reference of every output a compile stores, and what each is compared with
-    (:func:`explorer.groundtruth.stored_reference`; ``expected`` is what
-    :func:`bounded_inputs` returned)."""
-    from explorer.groundtruth import stored_reference
-
-    return stored_reference(recurrence, expected, stored, reverse)

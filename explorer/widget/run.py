@@ -32,12 +32,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 import numpy as np
 
-from explorer.widget.data import (
-    bounded_inputs,
-    compare,
-    length_argument,
-    reference_outputs,
-)
+from explorer.widget.data import bounded_inputs, compare, length_argument
 from explorer.widget.measure import (
     INTERACTIVE_BASELINES,
     Measurement,
@@ -258,7 +253,9 @@ class RunPanel:
             # every output the compile stores (its outputs option: a call returns the lone
             # output bare, several by name), each against the reference's same output
             stored = compiled.outputs
-            expected, about = reference_outputs(compiled.recurrence, expected, stored,
+            from explorer.groundtruth import stored_reference
+
+            expected, about = stored_reference(compiled.recurrence, expected, stored,
                                                 reverse=compiled.options["reverse"])
             if not isinstance(result, dict):
                 result = {stored[0]: result}

@@ -565,14 +565,15 @@ def test_run_and_check_lists_every_stored_output(outputs, stored) -> None:
 
 
 def test_the_check_fails_for_an_output_the_call_did_not_return() -> None:
-    from explorer.widget.data import compare, reference_outputs
+    from explorer.groundtruth import stored_reference
+    from explorer.widget.data import compare
 
     rec = ex.Recurrence.parse(SELECTIVE)
     y = np.ones((2, 5))
     h = np.ones((2, 3, 5))
-    expected, about = reference_outputs(rec, {"h": h, "y": y}, ("y", "h_last"))
+    expected, about = stored_reference(rec, {"h": h, "y": y}, ("y", "h_last"))
     assert np.array_equal(expected["h_last"], h[..., -1]) and about["y"] == "reference y"
-    backwards, _ = reference_outputs(rec, {"h": np.arange(10.0).reshape(1, 2, 5), "y": y},
+    backwards, _ = stored_reference(rec, {"h": np.arange(10.0).reshape(1, 2, 5), "y": y},
                                      ("h_last",), reverse=True)
     assert list(backwards["h_last"][0]) == [0.0, 5.0]
     rows = compare({"y": y}, expected, ("y", "h_last"))
@@ -581,7 +582,7 @@ def test_the_check_fails_for_an_output_the_call_did_not_return() -> None:
 
     assert not RunPanel().passed(rows)
     with pytest.raises(ValueError, match="g_last"):
-        reference_outputs(rec, {"h": h, "y": y}, ("g_last",))
+        stored_reference(rec, {"h": h, "y": y}, ("g_last",))
 
 
 def test_a_record_keeps_its_options_without_a_control_through_recompiles() -> None:
