@@ -63,8 +63,7 @@ def warp_tree(th: Threads, alg: Algebra, sweeps: Sequence[Any], agg: Element,
     excl = select_element(_at_least(lane, 1), _shuffle_up(alg, x, 1), alg.identity(), alg)
     warps = th.bs // WARP
     if warps == 1:
-        total = alg.pack([gpu.shuffle(v, c32(WARP - 1), c32(WARP), gpu.ShuffleMode.IDX)[0]
-                          for v in x.values()])
+        total = shuffle_element(alg, x, c32(WARP - 1), gpu.ShuffleMode.IDX)
         return excl, total
     warp = arith.divui(tid, ci(WARP))
     last = arith.cmpi(arith.CmpIPredicate.eq, lane, ci(WARP - 1))

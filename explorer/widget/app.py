@@ -177,9 +177,10 @@ class Explorer(widgets.VBox):
         #: options of a given record that no control sets (``varlen``, ``out_dtype``,
         #: ``chunk_tiles``, ...), where they differ from the defaults: every compile made from
         #: the controls keeps them, and the options row says so
+        default_values = defaults.as_dict()
         self.kept_options: dict[str, Any] = {} if given is None else {
             k: v for k, v in given.options.items()
-            if k not in CONTROLLED and k in defaults.as_dict() and v != defaults.as_dict()[k]}
+            if k not in CONTROLLED and k in default_values and v != default_values[k]}
         if grid is None:
             grid = defaults.grid
         if outputs is None:
