@@ -124,12 +124,14 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                outputs: Callable[[list[Value], list[Value]], list[Value]] | None,
                begin: Value, end: Value, init: list[Value], mode: str,
                state_before: Callable[[Element, list[Value]], list[Value]] | None = None,
-               accumulate: Callable[[Value, list[Value], list[Value]], None] | None = None,
+               accumulate: Callable[[Value, list[Value], list[Value]], Sequence[Value] | None]
+               | None = None,
                extra: Sequence[Value] = (), prefetched: list[Value] | None = None,
                then: tuple[Sequence[Stream], Value, Value] | None = None,
                single_tile: bool = False,
                on_total: Callable[[Element], None] | None = None,
-               last_state: Callable[[Value, list[Value]], None] | None = None
+               last_state: Callable[[Value, list[Value]], None] | None = None,
+               sums: Sequence[Value] = ()
                ) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
@@ -141,6 +143,10 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     carried one (the look-back of the grid level). ``accumulate(p, state, inputs)``, when
     given, is called by the thread that owns tile position ``p`` with the state after it
     (``"inclusive"``), in place of or beside the outputs (the terms of a sum over lanes).
+    ``sums`` (GPU): the thread's running sums of those terms in registers, per term and then
+    per element of the thread (``sums[j * terms + q]``: term ``q`` at its ``j``-th position,
+    ``tid * E + j``); ``accumulate`` then returns the terms at a position, they are added to
+    ``sums``, and the new sums are returned last (after the state and the next loads).
 
     ``extra``: workgroup arrays of the tile already filled by the caller (what a channel's
     lanes share): their values at a position follow the inputs' in what ``element``,
@@ -245,10 +251,14 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     nc = len(carry0)
     first_tile = (prefetched if prefetched is not None else
                   load_tile(begin, th.tid) if th.gpu else [])   # type: ignore[arg-type]
-    start = list(carry0) + first_tile
+    start = list(carry0) + first_tile + list(sums)
+    npref = len(first_tile)
+    assert not sums or (th.gpu and len(sums) % E == 0), "register sums: GPU, per element"
+    nterms = len(sums) // E
 
     def one_tile(tix: Value, it: list[Value]) -> list[Value]:
-        carry, pref = it[:nc], it[nc:]
+        carry, pref = it[:nc], it[nc:nc + npref]
+        kept_sums = list(it[nc + npref:])
         t0 = add_i(begin, mul_i(tix, ci(T)))
         # 1. the tile into workgroup memory (prefetched on the GPU), coalesced
         if th.gpu:
@@ -328,7 +338,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         else:
             total = agg_load(pad(ci(bs - 1)) if kogge_stone else total_slot)
         if reduce:
-            return alg.combine(total, alg.pack(carry)).values() + nxt
+            return alg.combine(total, alg.pack(carry)).values() + nxt + kept_sums
         if state_before is not None:
             carry = state_before(total, carry)
 
@@ -363,7 +373,12 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                     if accumulate is not None:
                         # past the end the element is the identity: the state repeats there,
                         # and the position's term is never read
-                        accumulate(p, h, vals)
+                        terms = accumulate(p, h, vals)
+                        if nterms:
+                            assert terms is not None and len(terms) == nterms
+                            for q, v in enumerate(terms):
+                                kept_sums[j * nterms + q] = arith.addf(
+                                    kept_sums[j * nterms + q], v)
                     if last_state is not None:
                         t = add_i(t0, p)
 
@@ -376,7 +391,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         th.each(finish)
         th.barrier()
         if not outs:
-            return alg.apply(total, carry) + nxt
+            return alg.apply(total, carry) + nxt + kept_sums
 
         # A thread writes out the stage positions it loaded (slots(tid, VL)), wide or not: on
         # the GPU the next tile goes into the stage with no barrier after this, each thread
@@ -412,10 +427,12 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                 return []
             if_else(ok, [], wide, scalar)
         th.each(write)
-        return alg.apply(total, carry) + nxt
+        return alg.apply(total, carry) + nxt + kept_sums
 
     if single_tile:
         return one_tile(ci(0), start)[:nc]
     ntiles = ceil_div(arith.subi(end, begin), ci(T))
     out = for_loop(ci(0), ntiles, ci(1), one_tile, start)
-    return out if then is not None else out[:nc]
+    if then is not None:
+        return out
+    return out[:nc] + out[nc + npref:]

@@ -165,7 +165,11 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     def clear_own(tid: Value) -> None:
         for kk in range(E):
             clear(add_i(ci(kk * bs), tid))
-    th.each(clear_own)
+    # on the GPU each thread keeps the sums at its positions in registers through the lanes
+    # (block_scan's ``sums``), and leaves them in ``acc`` once per tile
+    in_registers = th.gpu
+    if not in_registers:
+        th.each(clear_own)
 
     def streams(n: Value) -> tuple[Seq, list[Stream]]:
         seq = gen.seq(c, n, set(lane_names) | gen.scan_params)
@@ -189,6 +193,9 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
         th.each(each)
         th.barrier()
 
+    nterms = len(acc)
+    nsums = nterms * E if in_registers else 0
+
     def tile(tix: Value, pref: list[Value]) -> list[Value]:
         t0 = add_i(begin, mul_i(tix, ci(T)))
         t1 = min_i(end, add_i(t0, ci(T)))
@@ -196,7 +203,8 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                            arith.cmpi(arith.CmpIPredicate.eq, k, ci(0)))
         stage_channel(t0, t1)
 
-        def lane(n: Value, pref: list[Value]) -> list[Value]:
+        def lane(n: Value, it: list[Value]) -> list[Value]:
+            pref, sums = it[:len(it) - nsums], it[len(it) - nsums:]
             s = add_i(mul_i(c, gen.N), n)
             seq, ins = streams(n)
 
@@ -211,10 +219,13 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
             def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
                 return gen.outputs_at(seq, h, lambda name: vals[at[name]])
 
-            def accumulate(p: Value, h: list[Value], vals: list[Value]) -> None:
+            def accumulate(p: Value, h: list[Value], vals: list[Value]) -> list[Value] | None:
                 terms = gen.lane_terms_at(seq, h, lambda name: vals[at[name]], split.terms)
+                if in_registers:
+                    return list(terms)
                 for buf, v in zip(acc, terms, strict=True):
                     memref.store(arith.addf(memref.load(buf, [pad(p)]), v), buf, [pad(p)])
+                return None
             then = None
             if th.gpu:
                 # while this lane is scanned, the next lane's tile (after the last lane, the
@@ -227,7 +238,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                              outputs if gen.scan_outputs else None, t0, t1, init, "inclusive",
                              accumulate=accumulate, extra=shared,
                              prefetched=pref if th.gpu else None, then=then,
-                             last_state=gen.last_state_hook(seq))
+                             last_state=gen.last_state_hook(seq), sums=sums)
             after, nxt = out[:S], out[S:]
 
             def keep() -> None:
@@ -239,9 +250,19 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
             else:
                 keep()
             return nxt
-        pref = for_loop(ci(0), gen.N, ci(1), lane, pref)
+        out = for_loop(ci(0), gen.N, ci(1), lane, pref + [cf(0.0)] * nsums)
+        pref = out[:len(pref)]
+        if in_registers:
+            # the sums at the thread's positions (tid * E + j) into acc, for coalesced writes
+            assert th.tid is not None
+            for j in range(E):
+                p = add_i(mul_i(th.tid, ci(E)), ci(j))
+                for q, buf in enumerate(acc):
+                    memref.store(out[len(pref) + j * nterms + q], buf, [pad(p)])
+            th.barrier()
 
-        # the block's last scan ended with a barrier after the terms were added
+        # the block's last scan ended with a barrier after the terms were added (on the GPU:
+        # the barrier after the sums went into acc)
         def write(tid: Value) -> None:
             for kk in range(E):
                 i = add_i(ci(kk * bs), tid)
@@ -255,7 +276,8 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                     for name, y in zip(readouts, ys, strict=True):
                         memref.store(y, gen.arrays[name], [gen.at(mul_i(c, gen.L), t)])
                 if_then(lt_i(t, t1), put)
-                clear(i)
+                if not in_registers:
+                    clear(i)
         th.each(write)
         th.barrier()
         return pref

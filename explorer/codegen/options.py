@@ -30,6 +30,11 @@ GRIDS = ("auto", "chunked", "lookback")
 #: that nobody asked for is never written); ``states`` the states alone (no readout is
 #: computed); ``all`` the states and the readouts
 OUTPUTS = ("readouts", "states", "all")
+#: the floating-point freedoms of the kernels' arithmetic (``fast_math=``, pass
+#: ``scan-fastmath``): ``contract`` fuses a multiply and an add into one FMA (nvcc's default),
+#: ``fast`` also approximates exp, log and division (nvcc's ``--use_fast_math``), ``none`` rounds
+#: every operation on its own
+FAST_MATH = ("contract", "fast", "none")
 
 # NVIDIA chips the NVPTX backend and ptxas 12/13 know, with the lowest PTX ISA version that
 # supports each: the PTX we write declares that version, so older drivers can still load it.
@@ -106,6 +111,8 @@ class Options:
     #: scalar loads otherwise): ``"auto"`` 16 bytes of the input dtype (4 float32 elements, 8
     #: of 16 bits, at most ``elements_per_thread``), ``1`` off (one element a load)
     vector_width: int | str = "auto"
+    #: one of FAST_MATH (see :mod:`explorer.passes.fastmath`)
+    fast_math: str = "contract"
 
     @property
     def vector_elements(self) -> int:
@@ -159,7 +166,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
              "reverse", "grid", "lookback_tiles", "lookback_elements", "outputs", "out_dtype",
-             "varlen", "vector_width"}
+             "varlen", "vector_width", "fast_math"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -219,12 +226,16 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
             and int(lookback_elements) < int(vector_width)):
         raise OptionError(f"lookback_elements {lookback_elements} is less than vector_width "
                           f"{vector_width}: a thread loads its tile's elements in whole vectors")
+    fast_math = options.get("fast_math", defaults.fast_math)
+    if fast_math not in FAST_MATH:
+        raise OptionError(f"unknown fast_math {fast_math!r}; choose one of "
+                          f"{', '.join(FAST_MATH)}")
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
                    lookback_tiles=lookback_tiles, lookback_elements=lookback_elements,
                    outputs=outputs, out_dtype=out_dtype,
-                   varlen=varlen, vector_width=vector_width)
+                   varlen=varlen, vector_width=vector_width, fast_math=fast_math)
 
 
 def _outputs(value: object) -> str | tuple[str, ...]:

@@ -29,10 +29,12 @@ class Step:
 
 
 def scan_steps(state: Any) -> list[Step]:
-    """Our passes, in order: decompose the recurrence, choose the plan, lower the plan."""
-    from explorer.passes import decompose, lower, plan
+    """Our passes, in order: decompose the recurrence, choose the plan, lower the plan, mark
+    the floating-point freedoms of its arithmetic."""
+    from explorer.passes import decompose, fastmath, lower, plan
 
-    return [Step(m.NAME, top(m.NAME), m.make(state)) for m in (decompose, plan, lower)]
+    return [Step(m.NAME, top(m.NAME), m.make(state))
+            for m in (decompose, plan, lower, fastmath)]
 
 
 def top(p: str) -> str:

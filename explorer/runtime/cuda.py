@@ -90,6 +90,15 @@ DEFAULT_SHARED_LIMIT = 48 * 1024
 
 # --- the kernel ------------------------------------------------------------------------------
 
+def _all_cuda_tensors(arrays: dict[str, Any]) -> bool:
+    """Every array is a torch tensor on a CUDA device (torch imported only when one is)."""
+    if not all(type(v).__module__.startswith("torch") for v in arrays.values()):
+        return False
+    import torch
+
+    return all(isinstance(v, torch.Tensor) and v.is_cuda for v in arrays.values())
+
+
 @dataclass
 class Launch:
     """Everything one call needs, on the device: arguments bound, outputs allocated.
@@ -203,6 +212,8 @@ class CudaKernel:
         self._plans = PlanCache()
         #: a varlen compile: the kernels read segment marks, a call may pass ``cu_seqlens``
         self.varlen = any(a.role == "segments" for k in kernels for a in k.args)
+        #: the compile stores last states (they start as a copy of the initial states)
+        self.last_states = any(not a.timed for a in outputs.values())
 
     @classmethod
     def from_artifact(cls, artifact: Artifact | str | os.PathLike[str], cast: bool = False,
@@ -227,7 +238,15 @@ class CudaKernel:
                 f"outputs={list(self.output_names)})")
 
     def __call__(self, /, L: int | None = None, **arrays: Any) -> Any:
-        """Run once: ``kernel(a=a, b=b)``; ``L`` only when no input is indexed by time."""
+        """Run once: ``kernel(a=a, b=b)``; ``L`` only when no input is indexed by time.
+
+        On PyTorch CUDA tensors of the kernels' dtypes the call goes through
+        :meth:`launch_torch` (a launch plan cached per shapes and strides, the kernels enqueued
+        on torch's current stream, not waited for, as any torch operation); other arrays are
+        checked, marshalled, launched and waited for (:meth:`prepare`)."""
+        if arrays and not (self.varlen or self.last_states) and _all_cuda_tensors(arrays):
+            outs = self.launch_torch(L=L, **arrays)
+            return next(iter(outs.values())) if len(outs) == 1 else outs
         run = self.prepare(L=L, **arrays)
         run.launch()
         return run.result()
@@ -271,15 +290,18 @@ class CudaKernel:
         """Launch on torch CUDA tensors, on torch's current stream, without waiting: the
         outputs by name as torch tensors (batch shape).  Calls of the same shapes, strides and
         dtypes reuse a cached launch plan (:mod:`explorer.runtime.cuda_plan`); tensors that are
-        not float32 CUDA tensors of one device take the path of :meth:`prepare`."""
+        not CUDA tensors of their arguments' dtypes on one device, packed calls and compiles
+        storing last states take the path of :meth:`prepare` (and wait)."""
         import torch
 
         device = next((x.device for x in tensors.values()
                        if isinstance(x, torch.Tensor) and x.is_cuda), None)
         ptr = torch.cuda.current_stream(device).cuda_stream if device is not None else None
-        key = signature(tensors, L, time_chunk, ptr) if ptr is not None else None
-        if key is None or self.varlen or self.narrow:
-            # 16-bit and packed compiles bind more than a launch plan holds
+        key = (signature(tensors, L, time_chunk, ptr, self.narrow) if ptr is not None
+               else None)
+        if key is None or self.varlen or self.last_states:
+            # packed compiles and last states bind more than a launch plan holds; float32
+            # values for a 16-bit argument are rounded by prepare
             run = self.prepare(L=L, time_chunk=time_chunk, **tensors)
             run.launch()
             out = run.result()

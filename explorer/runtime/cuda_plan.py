@@ -15,13 +15,15 @@ the plan:
   and reused by later calls on the same stream; those a kernel reads before it writes them,
   ``reset`` in the contract, are zeroed before every launch, as ``prepare`` does), the zero
   initial states not given (allocated once, read only), and which slot takes which tensor;
-- for each tensor, whether it is already in the kernels' canonical layout (contiguous float32,
+- for each tensor, whether it is already in the kernels' canonical layout (contiguous, of its
+  argument's dtype: float32, or a 16-bit argument's ``torch.bfloat16``/``torch.float16``;
   nothing broadcast, or one row per block of channels where the kernel takes a row divisor):
   then its data pointer is passed as it is; otherwise a torch view chain lays it out (a copy).
 
 A later call of the same signature does what safety still needs and nothing else: every
 tensor is a CUDA tensor on the plan's device (its dtype, shape and strides are the signature),
-the outputs are allocated (``torch.empty``, on torch's allocator and current stream), and the
+the outputs are allocated (``torch.empty`` of the output's dtype, on torch's allocator and
+current stream), and the
 kernels are launched with the data pointers of the tensors.  Nothing waits for the GPU.
 
 The tensors' memory must stay alive until the kernels ran: they are torch tensors used on
@@ -108,16 +110,20 @@ class LaunchPlan:
 
 
 def signature(arrays: dict[str, Any], L: int | None, time_chunk: int | None,
-              stream_ptr: int) -> tuple[Any, ...] | None:
-    """The cache key of a call, or None when a tensor is not a float32 CUDA tensor (those take
-    the checking path of ``prepare``, which casts or refuses them)."""
+              stream_ptr: int, narrow: dict[str, str] | None = None) -> tuple[Any, ...] | None:
+    """The cache key of a call, or None when a tensor is not a CUDA tensor of its argument's
+    dtype: float32, or for the 16-bit arguments ``narrow`` names (name -> ``bfloat16`` /
+    ``float16``) that dtype itself (the others take the checking path of ``prepare``, which
+    rounds, casts or refuses them)."""
     import torch
 
     parts: list[Any] = [L, time_chunk, stream_ptr]
     device = None
+    narrow = narrow or {}
     for name in sorted(arrays):
         x = arrays[name]
-        if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype != torch.float32:
+        want = getattr(torch, narrow[name]) if name in narrow else torch.float32
+        if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype != want:
             return None
         if device is None:
             device = x.device.index
@@ -273,8 +279,9 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     outs = {}
     out_ptrs = []
     for name, (inner, _) in plan.outputs.items():
-        t = (torch.full(inner, float("nan"), dtype=torch.float32, device=tdev) if plan.poison
-             else torch.empty(inner, dtype=torch.float32, device=tdev))
+        dtype = getattr(torch, kernel.narrow.get(name, "float32"))
+        t = (torch.full(inner, float("nan"), dtype=dtype, device=tdev) if plan.poison
+             else torch.empty(inner, dtype=dtype, device=tdev))
         outs[name] = t
         out_ptrs.append(t.data_ptr())
     if plan.steps:

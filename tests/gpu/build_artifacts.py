@@ -17,7 +17,8 @@ What is built:
   generator does.
 - ``<preset>-<strategy>``: every preset recurrence (:data:`explorer.presets.PRESETS`) compiled
   with every strategy by :func:`explorer.compile`, when the compiler imports here (the trees
-  also with the smallest tiles, ``-small``, and with the look-back grid, ``-lookback``; a
+  also with the smallest tiles, ``-small``, with the look-back grid, ``-lookback``, and the
+  Blelloch and warp-shuffle trees with ``fast_math="fast"``, ``-fast``; a
   recurrence with readouts, which stores them alone by default, also with every output stored,
   ``-all``); and ``compiled/<preset>-<strategy>.json``, the whole compiled record
   (``Compiled.dump``), which the explorer widget loads on the GPU machine without MLIR.
@@ -146,6 +147,9 @@ def build_compiled(out: Path, strategies: list[str] | None) -> tuple[dict[str, o
     # the trees' other grid scheme (the default is the chunked scan)
     variants += [(s, f"{suffix}-lookback", {**options, "grid": "lookback"})
                  for s, suffix, options in list(variants) if s != "sequential"]
+    # approximate exp, log and division (fast_math="fast"), for the two block trees
+    variants += [(s, "-fast", {"fast_math": "fast"}) for s in ("blelloch", "warp_shuffle")
+                 if s in (strategies or list(STRATEGIES))]
     # every output stored (the states beside the readouts), for the recurrences with readouts
     stored = [(s, f"{suffix}-all", {**options, "outputs": "all"})
               for s, suffix, options in variants]

@@ -287,9 +287,16 @@ def test_torch_cuda_tensors_zero_copy_and_torch_out() -> None:
         pytest.skip("torch has no CUDA")
     a, b = random_problem(16, 512, seed=4, xp=cp)
     ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
-    h = _kernel(KIND_ART)(a=ta, b=tb)  # type: ignore[arg-type]
+    kernel = _kernel(KIND_ART)
+    h = kernel(a=ta, b=tb)  # type: ignore[arg-type]
     assert isinstance(h, torch.Tensor) and h.is_cuda and h.shape == (16, 512)
     assert max_rel_error(cp.from_dlpack(h), affine_scan_f64(a, b, xp=cp), xp=cp) <= TOL
+    # the call went through a cached launch plan, and a second call reuses it with the same
+    # result as the checking path on the same values (CuPy arrays)
+    assert len(kernel._plans.plans) == 1
+    again = kernel(a=ta, b=tb)  # type: ignore[arg-type]
+    assert len(kernel._plans.plans) == 1
+    assert bool(cp.array_equal(cp.from_dlpack(again), kernel(a=a, b=b)))
     # a transposed (non-contiguous) tensor is accepted and copied to the canonical layout
     tat = ta.T.contiguous().T
     h2 = _kernel(KIND_ART)(a=tat[:, :256], b=tb[:, :256])  # type: ignore[arg-type]

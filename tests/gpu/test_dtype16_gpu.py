@@ -89,6 +89,7 @@ def test_torch_16bit_tensors_in_and_out(name: str) -> None:
     a, b = torch.from_dlpack(a32).to(tdtype), torch.from_dlpack(b32).to(tdtype)
     h = kernel(a=a, b=b)
     assert isinstance(h, torch.Tensor) and h.is_cuda and h.dtype == getattr(torch, out_dtype)
+    assert len(kernel._plans.plans) == 1   # tensors of the kernel's dtype: a cached plan
     ref = affine_scan_f64(cp.from_dlpack(a.float()), cp.from_dlpack(b.float()), xp=cp)
     err = max_rel_error(cp.from_dlpack(h.float()), ref, xp=cp)
     assert err <= tolerance(out_dtype), f"{name}: max rel err {err:.2e}"

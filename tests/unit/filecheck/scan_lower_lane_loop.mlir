@@ -3,7 +3,9 @@
 // aggregates, the channel's shared rows of the tile (dt, x: staged once for all its lanes) and
 // a row for the lane terms. Per tile: the channel's rows, a barrier, then a loop over the lanes
 // (a whole block scan each, the next lane's tile loaded while it runs: carried in the loops),
-// adding each lane's terms into the last row; then y is written and the row cleared. The
+// each thread adding each lane's terms at its two positions into two sums carried in registers
+// through the lanes (iter_args starting at 0.0); after the lanes the sums go into the last row,
+// a barrier, and y is written from it (nothing to clear: the next tile's sums overwrite it). The
 // launcher gives the scan kernel C * chunks blocks (channels, not lanes), while the reduce and
 // carry kernels still run C * N sequences.
 // RUN: scan-lower  recurrence="h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\ny[t] = sum(C[t, n] * h[t, n]) + D * x[t]" strategy=blelloch block_size=32 elements_per_thread=2
@@ -14,15 +16,17 @@
 // CHECK: memref.store {{.*}}, %arg20
 // CHECK: memref.store {{.*}}, %arg21
 // CHECK: gpu.barrier
-// CHECK: scf.for %{{.*}} = %c0{{.*}} to [[N]] step {{.*}} iter_args
+// CHECK: [[LANES:%[0-9]+]]:6 = scf.for %{{.*}} = %c0{{.*}} to [[N]] step {{.*}} iter_args({{.*}}, %{{.*}} = %cst{{[_0-9]*}}, %{{.*}} = %cst{{[_0-9]*}}) -> (f32, f32, f32, f32, f32, f32)
 // CHECK: scf.for {{.*}} iter_args
 // CHECK: gpu.barrier
 // CHECK: memref.load %arg20
+// CHECK: [[SUM:%[0-9]+]] = arith.addf %arg{{[0-9]+}}, %{{[0-9]+}} : f32
+// CHECK: scf.yield {{.*}}[[SUM]]
+// CHECK: memref.store [[LANES]]#4, %arg22
+// CHECK: memref.store [[LANES]]#5, %arg22
+// CHECK-NEXT: gpu.barrier
 // CHECK: memref.load %arg22
-// CHECK-NEXT: arith.addf
-// CHECK: memref.store {{.*}}, %arg22
-// CHECK: memref.load %arg22
-// CHECK: memref.store %cst{{.*}}, %arg22
+// CHECK-NOT: memref.store %cst{{.*}}, %arg22
 // CHECK: gpu.barrier
 // CHECK: func.func @scanweaver_launch
 // CHECK: arith.muli %0, %1 : index
