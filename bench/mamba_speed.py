@@ -60,7 +60,18 @@ DTYPES = ("float32", "bfloat16")
 COPY_MAX = 4 * 2**30
 #: channels checked against float64 (first, last and these many between)
 SAMPLED = 4
-STRATEGIES = ("sequential", "blelloch")
+#: the compiles ``--build`` makes (``--strategies`` names them): folder name -> strategy and
+#: options. ``warp64-fast``: the warp-shuffle tree with two warps a block and approximate exp
+#: (``fast_math="fast"``, as mamba-ssm's kernels are built with ``--use_fast_math``), the
+#: fastest measured on an H100 (README); ``warp32``: one warp a block, exact exp
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "sequential": ("sequential", {}),
+    "blelloch": ("blelloch", {}),
+    "warp_shuffle": ("warp_shuffle", {}),
+    "warp32": ("warp_shuffle", {"block_size": 32}),
+    "warp64-fast": ("warp_shuffle", {"block_size": 64, "fast_math": "fast"}),
+}
+STRATEGIES = ("sequential", "blelloch", "warp32", "warp64-fast")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int, int]:
@@ -77,16 +88,21 @@ def _parse_shape(text: str) -> tuple[int, int, int, int]:
 
 # -- building here --------------------------------------------------------------------------------
 def build(folder: Path, strategies: tuple[str, ...], dtype: str = "float32") -> None:
-    """Compile the preset with each strategy into ``folder/<strategy>`` (artifact directories),
-    for inputs and output of ``dtype``."""
+    """Compile the preset as each variant of :data:`VARIANTS` named into ``folder/<name>``
+    (artifact directories), for inputs and output of ``dtype``."""
     import explorer as ex
     from explorer.presets import PRESETS
 
+    unknown = [s for s in strategies if s not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant {', '.join(unknown)}; choose from "
+                         f"{', '.join(VARIANTS)}")
     text = PRESETS["Mamba selective scan"]
     folder.mkdir(parents=True, exist_ok=True)
     for s in strategies:
         t0 = time.perf_counter()
-        ex.compile(text, strategy=s, dtype=dtype, cache=False).save(folder / s)
+        strategy, options = VARIANTS[s]
+        ex.compile(text, strategy=strategy, dtype=dtype, cache=False, **options).save(folder / s)
         print(f"compiled {s} in {time.perf_counter() - t0:.2f} s -> {folder / s}")
 
 
@@ -385,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", type=Path, help="compile the preset into this folder (needs MLIR)")
     ap.add_argument("--artifacts", type=Path, help="artifact folder written by --build")
-    ap.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
+    ap.add_argument("--strategies", nargs="*", default=list(STRATEGIES),
+                    help=f"compiles to build or time, by folder name ({', '.join(VARIANTS)})")
     ap.add_argument("--shapes", nargs="*", default=DEFAULT_SHAPES,
                     help="batch x D x N x L, e.g. 8x1536x16x2048")
     ap.add_argument("--mamba-src", type=Path, help="root of a state-spaces/mamba checkout")

@@ -118,6 +118,57 @@ def wide_store(s: Stream, p: Value, vals: Sequence[Value]) -> None:
     vector.store(vec, s.array, [_wide_index(s, p, V)], alignment=_alignment(V))
 
 
+def tile_slots(tid: Value, E: int, bs: int, W: int, direct: bool = False) -> list[Value]:
+    """The tile positions thread ``tid`` holds, in the order of its values: groups of ``W``
+    consecutive positions, ``(g * bs + tid) * W + j`` (the block's accesses coalesced), or with
+    ``direct`` its own ``E`` consecutive positions ``tid * E + k``."""
+    if direct:
+        return [add_i(mul_i(tid, ci(E)), ci(k)) for k in range(E)]
+    return [add_i(mul_i(add_i(ci(g * bs), tid), ci(W)), ci(j))
+            for g in range(E // W) for j in range(W)]
+
+
+def tile_loads(streams: Sequence[Stream], tid: Value, t0: Value, last: Value, E: int, bs: int,
+               W: int, direct: bool = False) -> list[Value]:
+    """The values of the tile starting at ``t0`` that thread ``tid`` holds
+    (:func:`tile_slots`): per position one per stream (``W = 1``), or per group of W positions
+    one ``vector<W x f32>`` per stream, loaded at once where the tile lies whole before
+    ``last`` and every stream is aligned to W elements there, element by element otherwise
+    (positions past ``last`` read ``last``)."""
+    T = bs * E
+    held = tile_slots(tid, E, bs, W, direct)
+
+    def scalar() -> list[Value]:
+        vals = []
+        for p in held:
+            t = min_i(add_i(t0, p), last)
+            vals += [s.load(t) for s in streams]
+        if W == 1:
+            return vals
+        n = len(streams)
+        return [vector.from_elements(VectorType.get([W], f32()),
+                                     [vals[(g * W + j) * n + q] for j in range(W)])
+                for g in range(E // W) for q in range(n)]
+    if W == 1 or not streams:
+        return scalar()
+
+    def wide() -> list[Value]:
+        return [wide_load(s, add_i(t0, p), W) for p in held[::W] for s in streams]
+    whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), add_i(last, ci(1)))
+    ok = arith.andi(whole, _aligned(streams, t0, W))
+    types = [VectorType.get([W], f32())] * (E // W * len(streams))
+    return if_else(ok, types, wide, scalar)
+
+
+def held_value(vals: Sequence[Value], k: int, q: int, nstreams: int, W: int) -> Value:
+    """Stream ``q``'s value at the thread's ``k``-th held position, from what
+    :func:`tile_loads` gave."""
+    if W == 1:
+        return vals[k * nstreams + q]
+    g, j = divmod(k, W)
+    return vector.extract(vals[g * nstreams + q], [], [j])
+
+
 def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Sequence[Value],
                ins: Sequence[Stream], outs: Sequence[Stream],
                element: Callable[[list[Value], Value], Element],
@@ -131,7 +182,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                single_tile: bool = False,
                on_total: Callable[[Element], None] | None = None,
                last_state: Callable[[Value, list[Value]], None] | None = None,
-               sums: Sequence[Value] = ()
+               sums: Sequence[Value] = (),
+               direct: bool = False, extra_held: Sequence[Value] = ()
                ) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
@@ -161,6 +213,13 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     of the block tree: after the Blelloch up-sweep, or the warp-shuffle tree (the look-back
     kernel publishes it there, for the blocks after it).
 
+    ``direct`` (GPU, no output streams, several tiles or ``then``): each thread loads its own
+    E consecutive positions of ``ins`` (:func:`tile_slots`), in vectors where it can, and builds
+    its elements from those registers: the tile never goes through the stage, and no barrier
+    waits for it (``prefetched`` and ``then`` loads in the same layout). ``extra_held``
+    (direct): the values of ``extra`` at the thread's positions, already read by the caller
+    (``extra_held[k * len(extra) + i]``: buffer ``i`` at its ``k``-th position).
+
     ``element(inputs, t)`` builds the element at scan position ``t`` from its staged inputs.
     ``last_state(t, state)``, when given (``"inclusive"``), is called with the state after every
     position ``t`` of the range (a last state is stored where ``t`` ends its sequence).
@@ -179,50 +238,26 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     last = arith.subi(end, ci(1))
     total_slot = ci(padded(bs))
 
-    # wide accesses (scan.thread's vector_width): off for the tile the caller loaded (its layout)
+    # wide accesses (scan.thread's vector_width): off for a tile the caller loaded in the
+    # coalesced layout (its scalar loads); a direct tile is loaded in vectors by either
     V = gen.options.vector_elements
-    VL = V if prefetched is None else 1
+    VL = V if prefetched is None or direct else 1
     assert E % V == 0, "the plan's vector width divides the thread's elements"
+    assert not direct or (th.gpu and not outs and not single_tile), "direct: GPU, no outputs"
+    assert not extra_held or (direct and len(extra_held) == E * len(extra))
 
     def slots(tid: Value, W: int) -> list[Value]:
-        """The tile positions thread ``tid`` holds, in the order of its values."""
-        return [add_i(mul_i(add_i(ci(g * bs), tid), ci(W)), ci(j))
-                for g in range(E // W) for j in range(W)]
+        return tile_slots(tid, E, bs, W, direct)
 
     def load_tile(t0: Value, tid: Value, streams: Sequence[Stream] = ins,
                   last: Value = last) -> list[Value]:
-        """The tile's values that thread ``tid`` holds: per slot, one per stream (V = 1), or
-        per group of V slots one vector<V x f32> per stream."""
-        def scalar() -> list[Value]:
-            vals = []
-            for p in slots(tid, VL):
-                t = min_i(add_i(t0, p), last)
-                vals += [s.load(t) for s in streams]
-            if VL == 1:
-                return vals
-            n = len(streams)
-            return [vector.from_elements(VectorType.get([VL], f32()),
-                                         [vals[(g * VL + j) * n + q] for j in range(VL)])
-                    for g in range(E // VL) for q in range(n)]
-        if VL == 1 or not streams:
-            return scalar()
-
-        def wide() -> list[Value]:
-            return [wide_load(s, add_i(t0, p), VL) for p in slots(tid, VL)[::VL]
-                    for s in streams]
-        whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), add_i(last, ci(1)))
-        ok = arith.andi(whole, _aligned(streams, t0, VL))
-        types = [VectorType.get([VL], f32())] * (E // VL * len(streams))
-        return if_else(ok, types, wide, scalar)
+        return tile_loads(streams, tid, t0, last, E, bs, VL, direct)
 
     def put_tile(tid: Value, vals: list[Value]) -> None:
         for k, p in enumerate(slots(tid, VL)):
             i = pad(p)
-            g, j = divmod(k, VL)
             for q in range(nin):
-                v = (vals[k * nin + q] if VL == 1 else
-                     vector.extract(vals[g * nin + q], [], [j]))
-                memref.store(v, stage[q], [i])
+                memref.store(held_value(vals, k, q, nin, VL), stage[q], [i])
 
     def agg_load(i: Value) -> Element:
         return alg.pack([memref.load(b, [i]) for b in aggbuf])
@@ -233,16 +268,23 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
     slot_access = padded_slots(agg_load, agg_store)
 
-    def staged(p: Value) -> list[Value]:
-        return ([memref.load(stage[q], [pad(p)]) for q in range(nin)]
-                + [memref.load(buf, [pad(p)]) for buf in extra])
+    #: the current tile's values in registers (direct)
+    held: list[Value] = []
+
+    def staged(p: Value, k: int) -> list[Value]:
+        """The inputs at tile position ``p``, the thread's ``k``-th."""
+        ins_at = ([held_value(held, k, q, nin, VL) for q in range(nin)] if direct else
+                  [memref.load(stage[q], [pad(p)]) for q in range(nin)])
+        if extra_held:
+            return ins_at + list(extra_held[k * len(extra):(k + 1) * len(extra)])
+        return ins_at + [memref.load(buf, [pad(p)]) for buf in extra]
 
     def own(tid: Value, t0: Value) -> list[Element]:
         """The thread's E consecutive elements, the identity past the end."""
         out = []
         for j in range(E):
             p = add_i(mul_i(tid, ci(E)), ci(j))
-            e = element(staged(p), add_i(t0, p))
+            e = element(staged(p, j), add_i(t0, p))
             out.append(select_element(lt_i(add_i(t0, p), end), e, alg.identity(), alg))
         return out
 
@@ -260,12 +302,16 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         carry, pref = it[:nc], it[nc:nc + npref]
         kept_sums = list(it[nc + npref:])
         t0 = add_i(begin, mul_i(tix, ci(T)))
-        # 1. the tile into workgroup memory (prefetched on the GPU), coalesced
-        if th.gpu:
+        # 1. the tile into workgroup memory (prefetched on the GPU), coalesced; or (direct) kept
+        # in the registers it was loaded into
+        if direct:
+            held[:] = pref
+        elif th.gpu:
             put_tile(th.tid, pref)      # type: ignore[arg-type]
+            th.barrier()
         else:
             th.each(lambda tid: put_tile(tid, load_tile(t0, tid)))
-        th.barrier()
+            th.barrier()
         # the next tile's loads go out now and land while this tile is scanned
         if not th.gpu or single_tile:
             nxt: list[Value] = []
@@ -362,7 +408,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             els = kept["els"] if th.gpu and not single_tile else own(tid, t0)
             for j in range(E):
                 p = add_i(mul_i(tid, ci(E)), ci(j))
-                vals = staged(p)
+                vals = staged(p, j)
                 o: list[Value] = []
                 if mode == "exclusive":
                     o = outputs(h, vals) if outputs is not None else []
@@ -431,6 +477,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
     if single_tile:
         return one_tile(ci(0), start)[:nc]
+    if then is not None:   # the range is one tile: no loop over tiles
+        return one_tile(ci(0), start)
     ntiles = ceil_div(arith.subi(end, begin), ci(T))
     out = for_loop(ci(0), ntiles, ci(1), one_tile, start)
     if then is not None:

@@ -31,7 +31,7 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Gen, Seq, Stream
 from explorer.codegen.hoist import ChannelSplit
-from explorer.codegen.lower_block import block_scan
+from explorer.codegen.lower_block import block_scan, tile_loads
 from explorer.codegen.options import Options
 from explorer.codegen.threads import Threads, for_loop, if_else, if_then, min_i, pad, padded
 from explorer.frontend.names import AGGREGATES, CARRIES
@@ -195,6 +195,10 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     nterms = len(acc)
     nsums = nterms * E if in_registers else 0
+    # on the GPU, with no state streamed out, each thread loads its own consecutive positions
+    # of a lane's inputs into registers, in vectors (block_scan's ``direct``)
+    direct = th.gpu and not (gen.io.states or gen.scan_readouts)
+    W = gen.options.vector_elements if direct else 1
 
     def tile(tix: Value, pref: list[Value]) -> list[Value]:
         t0 = add_i(begin, mul_i(tix, ci(T)))
@@ -202,6 +206,13 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
         fresh = arith.andi(arith.cmpi(arith.CmpIPredicate.eq, tix, ci(0)),
                            arith.cmpi(arith.CmpIPredicate.eq, k, ci(0)))
         stage_channel(t0, t1)
+        # what the lanes share at the thread's own positions, read once for all the lanes
+        held: list[Value] = []
+        if direct:
+            assert th.tid is not None
+            for j in range(E):
+                p = add_i(mul_i(th.tid, ci(E)), ci(j))
+                held += [memref.load(buf, [pad(p)]) for buf in shared]
 
         def lane(n: Value, it: list[Value]) -> list[Value]:
             pref, sums = it[:len(it) - nsums], it[len(it) - nsums:]
@@ -238,7 +249,8 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                              outputs if gen.scan_outputs else None, t0, t1, init, "inclusive",
                              accumulate=accumulate, extra=shared,
                              prefetched=pref if th.gpu else None, then=then,
-                             last_state=gen.last_state_hook(seq), sums=sums)
+                             last_state=gen.last_state_hook(seq), sums=sums, direct=direct,
+                             extra_held=held)
             after, nxt = out[:S], out[S:]
 
             def keep() -> None:
@@ -287,9 +299,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
         assert th.tid is not None
         _, ins0 = streams(ci(0))
         last0 = arith.subi(min_i(end, add_i(begin, ci(T))), ci(1))
-        for kk in range(E):
-            t = min_i(add_i(begin, add_i(ci(kk * bs), th.tid)), last0)
-            first += [st.load(t) for st in ins0]
+        first = tile_loads(ins0, th.tid, begin, last0, E, bs, W, direct)
     for_loop(ci(0), ceil_div(arith.subi(end, begin), ci(T)), ci(1), tile, first)
 
 

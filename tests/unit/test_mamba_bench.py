@@ -70,3 +70,16 @@ def test_artifacts_of_another_dtype_are_refused(tmp_path):
         mamba_speed.check_dtypes(kernels, "float32")
     # the 16-bit arrays of the compile are mamba-ssm's: x, dt, z, B, C and y; A, D, dt_bias not
     assert set(kernels["blelloch"].narrow) == {"x", "dt", "z", "B", "C", "y"}
+
+
+def test_every_build_variant_is_a_valid_compile_and_unknown_ones_are_refused(tmp_path: Path
+                                                                              ) -> None:
+    from explorer.codegen.options import validate
+
+    for name, (strategy, options) in mamba_speed.VARIANTS.items():
+        opts = validate(strategy, "cuda", **options)
+        assert opts.strategy == strategy, name
+    assert set(mamba_speed.STRATEGIES) <= set(mamba_speed.VARIANTS)
+    with pytest.raises(SystemExit, match="unknown variant warp64"):
+        mamba_speed.build(tmp_path, ("warp64",))
+    assert not any(tmp_path.iterdir())   # refused before anything is compiled

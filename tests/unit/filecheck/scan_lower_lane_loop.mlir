@@ -1,29 +1,35 @@
 // The lane loop: the kernels take no h (8 arrays), the sizes and the row divisors of B and C
 // (a row per block of channels); the scan kernel's workgroup arrays are the lane inputs' stage (B, C), the tree's
 // aggregates, the channel's shared rows of the tile (dt, x: staged once for all its lanes) and
-// a row for the lane terms. Per tile: the channel's rows, a barrier, then a loop over the lanes
-// (a whole block scan each, the next lane's tile loaded while it runs: carried in the loops),
-// each thread adding each lane's terms at its two positions into two sums carried in registers
-// through the lanes (iter_args starting at 0.0); after the lanes the sums go into the last row,
-// a barrier, and y is written from it (nothing to clear: the next tile's sums overwrite it). The
-// launcher gives the scan kernel C * chunks blocks (channels, not lanes), while the reduce and
-// carry kernels still run C * N sequences.
+// a row for the lane terms. On the GPU each thread loads its own consecutive positions of a
+// lane's B and C (two here) as one vector each, the first lane's first tile before the loops
+// and the next lane's tile while a lane is scanned (carried in the loops), never through the
+// stage. Per tile: the channel's rows, a barrier, each thread reads its positions of them once
+// for all the lanes; then a loop over the lanes (a whole block scan each), each thread adding
+// each lane's terms at its two positions into two sums carried in registers through the lanes
+// (iter_args starting at 0.0); after the lanes the sums go into the last row, a barrier, and y is
+// written from it (nothing to clear: the next tile's sums overwrite it). The launcher gives the
+// scan kernel C * chunks blocks (channels, not lanes), while the reduce and carry kernels still
+// run C * N sequences.
 // RUN: scan-lower  recurrence="h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]\ny[t] = sum(C[t, n] * h[t, n]) + D * x[t]" strategy=blelloch block_size=32 elements_per_thread=2
 // CHECK: gpu.func @scanweaver_blelloch_reduce(
 // CHECK: gpu.func @scanweaver_blelloch(%arg0: memref<f32>{{.*}}, %arg7: memref<f32>{{[^,]*}}, %arg8: i64{{.*}} %arg11: i64{{.*}} %arg12: i64{{.*}} %arg20 : memref<66xf32, {{.*}} %arg21 : memref<66xf32, {{.*}} %arg22 : memref<66xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}{{[^,]*}}) kernel
 // CHECK: [[N:%[0-9]+]] = arith.index_cast %arg9 : i64 to index
-// CHECK: scf.for {{.*}} iter_args
+// CHECK: vector.load {{.*}} vector<2xf32>
+// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<2xf32>, vector<2xf32>)
 // CHECK: memref.store {{.*}}, %arg20
 // CHECK: memref.store {{.*}}, %arg21
 // CHECK: gpu.barrier
-// CHECK: [[LANES:%[0-9]+]]:6 = scf.for %{{.*}} = %c0{{.*}} to [[N]] step {{.*}} iter_args({{.*}}, %{{.*}} = %cst{{[_0-9]*}}, %{{.*}} = %cst{{[_0-9]*}}) -> (f32, f32, f32, f32, f32, f32)
-// CHECK: scf.for {{.*}} iter_args
-// CHECK: gpu.barrier
 // CHECK: memref.load %arg20
+// CHECK: memref.load %arg21
+// CHECK: [[LANES:%[0-9]+]]:4 = scf.for %{{.*}} = %c0{{.*}} to [[N]] step {{.*}} iter_args({{.*}}, %{{.*}} = %cst{{[_0-9]*}}, %{{.*}} = %cst{{[_0-9]*}}) -> (vector<2xf32>, vector<2xf32>, f32, f32)
+// CHECK-NOT: memref.load %arg2{{[01]}}
+// CHECK: vector.load {{.*}} vector<2xf32>
+// CHECK-NOT: memref.load %arg2{{[01]}}
 // CHECK: [[SUM:%[0-9]+]] = arith.addf %arg{{[0-9]+}}, %{{[0-9]+}} : f32
 // CHECK: scf.yield {{.*}}[[SUM]]
-// CHECK: memref.store [[LANES]]#4, %arg22
-// CHECK: memref.store [[LANES]]#5, %arg22
+// CHECK: memref.store [[LANES]]#2, %arg22
+// CHECK: memref.store [[LANES]]#3, %arg22
 // CHECK-NEXT: gpu.barrier
 // CHECK: memref.load %arg22
 // CHECK-NOT: memref.store %cst{{.*}}, %arg22
