@@ -99,6 +99,9 @@ class LaunchPlan:
     layouts: list[_Layout]
     #: output name -> (shape on the kernels' side, shape returned)
     outputs: dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
+    #: output name -> its torch dtype; and the torch device (made once, used every call)
+    out_dtypes: dict[str, Any] = field(default_factory=dict)
+    tdevice: Any = None
     #: (kernel, function, grid, argument template, slots: position -> ("in"|"out", index))
     steps: list[tuple[Any, Any, tuple[int, int, int], list[Any], list[tuple[int, str, int]]]] \
         = field(default_factory=list)
@@ -156,11 +159,12 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
     with cp.cuda.Device(device):
         stream = cupy_stream(stream_ptr)
         plan = LaunchPlan(C=C, N=N, L=length, batch=batch, device=device, stream=stream,
-                          layouts=layouts, outputs={}, poison=kernel.poison)
+                          layouts=layouts, outputs={}, poison=kernel.poison, tdevice=tdev)
         for name, info in kernel.output_args.items():
             inner = (C, N, length) if info.lane else (C, length)
             shown = (*batch, N, length) if info.lane else (*batch, length)
             plan.outputs[name] = (inner, shown)
+            plan.out_dtypes[name] = getattr(torch, kernel.narrow.get(name, "float32"))
         if C * N == 0 or length == 0:
             return plan
         values = call_sizes(kernel.artifact, C, N, length, time_chunk)
@@ -273,13 +277,13 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     shape), enqueued on the plan's stream, not waited for."""
     import torch
 
-    tdev = torch.device("cuda", plan.device)
+    tdev = plan.tdevice
     keep: list[Any] = []
     ptrs = [lay.pointer(arrays[lay.name], keep) for lay in plan.layouts]
     outs = {}
     out_ptrs = []
     for name, (inner, _) in plan.outputs.items():
-        dtype = getattr(torch, kernel.narrow.get(name, "float32"))
+        dtype = plan.out_dtypes[name]
         t = (torch.full(inner, float("nan"), dtype=dtype, device=tdev) if plan.poison
              else torch.empty(inner, dtype=dtype, device=tdev))
         outs[name] = t

@@ -117,7 +117,11 @@ def _error_html(err: BaseException) -> str:
 
 #: the compile options the options row has a control for
 CONTROLLED = frozenset({"target", "strategy", "block_size", "elements_per_thread", "chip",
-                        "dtype", "reverse", "grid", "outputs"})
+                        "dtype", "reverse", "grid", "outputs", "fast_math"})
+#: the fast-math box: (label, value of the option ``fast_math``)
+FAST_MATH_CHOICES = (("FMA contraction (nvcc's default)", "contract"),
+                     ("fast: approximate exp, log, division", "fast"),
+                     ("none: every operation rounded", "none"))
 
 
 def _kept_html(kept: dict[str, Any]) -> str:
@@ -155,7 +159,8 @@ class Explorer(widgets.VBox):
                  strategy: str = "blelloch", block_size: int | None = None,
                  elements_per_thread: int | None = None, chip: str = "sm_90",
                  dtype: str = "float32", reverse: bool = False, grid: str | None = None,
-                 outputs: str | tuple[str, ...] | None = None) -> None:
+                 outputs: str | tuple[str, ...] | None = None,
+                 fast_math: str | None = None) -> None:
         from explorer.codegen.options import GRIDS, Options, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
@@ -172,6 +177,7 @@ class Explorer(widgets.VBox):
             chip, dtype, reverse = opts["chip"], opts["dtype"], opts["reverse"]
             grid = opts.get("grid", "chunked")
             outputs = opts.get("outputs", "readouts")
+            fast_math = opts.get("fast_math", "contract")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         #: options of a given record that no control sets (``varlen``, ``out_dtype``,
@@ -185,6 +191,8 @@ class Explorer(widgets.VBox):
             grid = defaults.grid
         if outputs is None:
             outputs = defaults.outputs
+        if fast_math is None:
+            fast_math = defaults.fast_math
         if block_size is None:
             block_size = defaults.block_size
         if elements_per_thread is None:
@@ -194,7 +202,8 @@ class Explorer(widgets.VBox):
         # (``outputs`` comes back as the compiler holds it: a keyword or a tuple of names)
         outputs = validate(strategy, target, block_size=block_size,
                            elements_per_thread=elements_per_thread, chip=chip, dtype=dtype,
-                           reverse=reverse, grid=grid, outputs=outputs).outputs
+                           reverse=reverse, grid=grid, outputs=outputs,
+                           fast_math=fast_math).outputs
         if isinstance(recurrence, Recurrence):
             recurrence = recurrence.text
         if not isinstance(recurrence, str):
@@ -260,6 +269,14 @@ class Explorer(widgets.VBox):
                                         description="outputs", tooltip=OUTPUTS_TOOLTIP,
                                         layout=widgets.Layout(width="250px"), style=style)
         self.outputs.add_class("sw-outputs")
+        # the float ops' freedoms (pass scan-fastmath): switch FMA contraction or approximate
+        # functions off or on and see the IR, the PTX and the time change
+        self.fast_math = widgets.Dropdown(
+            options=list(FAST_MATH_CHOICES), value=fast_math, description="fast math",
+            layout=widgets.Layout(width="300px"), style=style,
+            tooltip="fastmath flags on the float ops (pass scan-fastmath): FMA contraction, "
+                    "approximate exp/log/division, or neither")
+        self.fast_math.add_class("sw-fast-math")
         if len(dtypes) == 1:
             self.dtype.disabled = True
             self.dtype.tooltip = f"the compiler generates {dtypes[0]} kernels"
@@ -295,7 +312,7 @@ class Explorer(widgets.VBox):
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
                           self.elements_per_thread, self.grid, self.outputs, self.dtype,
-                          self.chip, self.reverse],
+                          self.fast_math, self.chip, self.reverse],
                          layout=widgets.Layout(flex_flow="row wrap")),
             self.kept,
             self.times.widget,
@@ -307,7 +324,8 @@ class Explorer(widgets.VBox):
         self.text.observe(lambda _c: self.recompile(), names="value")
         self.compile_button.on_click(lambda _b: self.recompile())
         for control in (self.target, self.strategy, self.block_size, self.elements_per_thread,
-                        self.grid, self.outputs, self.dtype, self.chip, self.reverse):
+                        self.grid, self.outputs, self.dtype, self.fast_math, self.chip,
+                        self.reverse):
             control.observe(lambda _c: self.recompile(), names="value")
         self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
         if given is not None:
@@ -328,6 +346,7 @@ class Explorer(widgets.VBox):
             "reverse": bool(self.reverse.value),
             "grid": self.grid.value,
             "outputs": self.outputs.value,
+            "fast_math": self.fast_math.value,
             **self.kept_options,
         }
 

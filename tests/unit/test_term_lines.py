@@ -65,5 +65,9 @@ def test_every_pass_records_its_term_lines_and_shows_no_locations(selective: Any
     where = selective.term_lines()
     upstream = [p.name for p in selective.passes if not p.name.startswith("scan-")]
     for term in ("1:15", "1:61", "2:33"):     # dt[t], x[t], D
-        assert {"scan-lower", "convert-gpu-to-nvvm", "cse (gpu.module)", "ptx"} <= set(where[term])
+        assert {"scan-lower", "convert-gpu-to-nvvm", "cse (gpu.module)"} <= set(where[term])
         assert set(upstream) & set(where[term])
+    # the timed inputs reach the PTX's .loc lines; D, a parameter loaded once a block, is
+    # hoisted out of the loops by LLVM, which gives a hoisted instruction line 0
+    for term in ("1:15", "1:61"):
+        assert "ptx" in where[term], term

@@ -600,3 +600,30 @@ def test_a_record_keeps_its_options_without_a_control_through_recompiles() -> No
     assert widget.compiled.options["chunk_tiles"] == 4
     plain = Explorer(ex.compile(AFFINE, target="cpu"))
     assert plain.kept_options == {} and plain.kept.value == ""
+
+
+def test_the_fast_math_box_reaches_the_compile_and_its_pass_shows_the_flags() -> None:
+    """The fast-math box sets ``fast_math``; the pass ``scan-fastmath`` of the compile shows
+    the flags of the choice on the float ops, and none at all for ``none``."""
+    from explorer.codegen.options import validate
+
+    widget = Explorer(SELECTIVE, target="cpu")
+    assert widget.options()["fast_math"] == "contract"
+    assert [v for _, v in widget.fast_math.options] == ["contract", "fast", "none"]
+    for _, value in widget.fast_math.options:
+        validate("blelloch", fast_math=value)
+    names = [p.name for p in widget.compiled.passes]
+    at = names.index("scan-fastmath")
+    assert names.index("scan-lower") == at - 1
+    assert "fastmath<contract>" in widget.compiled.passes[at].ir
+    widget.fast_math.value = "fast"
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled.options["fast_math"] == "fast"
+    ir = widget.compiled.passes[at].ir
+    assert "math.exp" in ir and "fastmath<contract,afn>" in ir
+    widget.fast_math.value = "none"
+    assert widget.error is None, widget.error_box.value
+    assert "fastmath" not in widget.compiled.passes[at].ir
+    # a record compiled with a choice shows it in the box
+    assert Explorer(ex.compile(SELECTIVE, target="cpu", fast_math="fast")).fast_math.value \
+        == "fast"
