@@ -10,6 +10,9 @@ and group where every stream's row and the tile start are aligned to V elements 
 lies whole in the range, by scalar loads of the same positions otherwise (a check per tile);
 the stage is indexed by position, so the rest of the block does not see which thread loaded
 what. The outputs leave the stage the same way (``vector.store``), or element by element.
+A scan that streams no output (the lane loop's fused readout) may skip the stage instead: each
+thread loads its own E consecutive positions, ``tid * E + k``, in vectors, and composes its
+elements from those registers (``direct``).
 """
 
 from __future__ import annotations

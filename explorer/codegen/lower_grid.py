@@ -134,7 +134,14 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     carry slot, which this block alone uses), loading only the lane's own inputs (on the GPU the
     next lane's tile, or the next tile's first lane, is loaded while a lane is scanned), each
     thread adding the lane's terms at its positions into ``acc`` (a row of the tile per term);
-    then the tile's readouts are written, coalesced, and ``acc`` cleared."""
+    then the tile's readouts are written, coalesced, and ``acc`` cleared.
+
+    On the GPU, where no state is streamed out (the fused readout), a thread keeps what it
+    needs in registers: its own consecutive positions of a lane's inputs, loaded in vectors
+    straight from memory (block_scan's ``direct``: the lane inputs' stage is not used, and LLVM
+    drops it), the channel's shared values at those positions (read once a tile for all the
+    lanes), and its running sums of the lane terms, which go into ``acc`` once after the lanes
+    (nothing to clear)."""
     alg = gen.alg
     E = gen.options.elements_per_thread
     bs = th.bs
