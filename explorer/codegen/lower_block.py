@@ -484,6 +484,4 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         return one_tile(ci(0), start)
     ntiles = ceil_div(arith.subi(end, begin), ci(T))
     out = for_loop(ci(0), ntiles, ci(1), one_tile, start)
-    if then is not None:
-        return out
     return out[:nc] + out[nc + npref:]

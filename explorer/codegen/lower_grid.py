@@ -214,12 +214,12 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                            arith.cmpi(arith.CmpIPredicate.eq, k, ci(0)))
         stage_channel(t0, t1)
         # what the lanes share at the thread's own positions, read once for all the lanes
-        held: list[Value] = []
+        shared_held: list[Value] = []
         if direct:
             assert th.tid is not None
             for j in range(E):
                 p = add_i(mul_i(th.tid, ci(E)), ci(j))
-                held += [memref.load(buf, [pad(p)]) for buf in shared]
+                shared_held += [memref.load(buf, [pad(p)]) for buf in shared]
 
         def lane(n: Value, it: list[Value]) -> list[Value]:
             pref, sums = it[:len(it) - nsums], it[len(it) - nsums:]
@@ -257,7 +257,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                              accumulate=accumulate, extra=shared,
                              prefetched=pref if th.gpu else None, then=then,
                              last_state=gen.last_state_hook(seq), sums=sums, direct=direct,
-                             extra_held=held)
+                             extra_held=shared_held)
             after, nxt = out[:S], out[S:]
 
             def keep() -> None:

@@ -4,7 +4,10 @@
 follow the canonical shape rules of :mod:`explorer.runtime.shapes` (time is the last axis, batch
 dimensions broadcast) and may be NumPy arrays (copied to the device and back), CuPy arrays or
 PyTorch CUDA tensors (shared with the kernel through DLPack, no copy when already contiguous
-float32).  The results come back as the same kind of array as the inputs.
+float32).  The results come back as the same kind of array as the inputs.  A call on torch
+CUDA tensors of the kernels' dtypes goes through a launch plan cached per shapes and strides
+(:meth:`CudaKernel.launch_torch`) and, like any torch operation, returns without waiting for
+the GPU.
 
 The launch follows the kernel ABI of the artifact manifest: one pointer per input, parameter,
 initial state and output, then ``int64`` C, N, L, the row divisors (an input the kernels may
