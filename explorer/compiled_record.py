@@ -102,6 +102,8 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     strategy = typed(payload["strategy"], str, "strategy")
     target = typed(payload["target"], str, "target")
     opts = typed(payload["options"], dict, "options")
+    if "fast_math" not in opts:   # written before the option: no scan-fastmath pass ran
+        opts = {**opts, "fast_math": "none"}
     checked = asdict(validate(strategy, target, **{k: v for k, v in opts.items()
                                                    if k not in ("strategy", "target")}))
     kept: list[Stage] = []

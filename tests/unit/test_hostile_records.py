@@ -134,6 +134,7 @@ def _hostile_payloads():
     yield "pass ir a number", lambda p: p["passes"][0].update(ir=5)
     yield "options", lambda p: p.update(options={"block_size": 3})
     yield "unknown option", lambda p: p["options"].update(evil="x")
+    yield "fast_math", lambda p: p["options"].update(fast_math="__import__('os')")
     yield "strategy", lambda p: p.update(strategy="__import__('os')")
     yield "recurrence", lambda p: p.update(recurrence="h[t] = __import__('os').system('x')")
     yield "missing field", lambda p: p.pop("kernels")
@@ -239,3 +240,13 @@ def test_clear_cache_deletes_only_its_own_files():
     assert (folder / "notes.txt").read_text() == "keep me"
     assert (folder / "sub" / "data.json").exists()
     assert (folder / ("ab" * 16 + ".txt")).exists()
+
+
+def test_a_record_from_before_fast_math_says_none(tmp_path):
+    """A record written before the option ``fast_math`` existed ran no ``scan-fastmath`` pass:
+    it loads as ``fast_math="none"`` (what its kernels did), not as today's default."""
+    c = ex.compile(AFFINE, target="cuda", strategy="blelloch")
+    assert c.options["fast_math"] == "contract"
+    path = c.dump(tmp_path / "r.json")
+    _rewrite(path, lambda p: p["options"].pop("fast_math"))
+    assert compiler.load_compiled(path).options["fast_math"] == "none"
