@@ -33,19 +33,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from explorer.bench.sweep import parse_count  # noqa: E402
 
 PRESET = "Mamba selective scan"
-STRATEGIES = ("blelloch", "sequential")
+#: the compiles ``--build`` makes, named as in ``bench/mamba_speed.py`` (its ``VARIANTS``)
+STRATEGIES = ("blelloch", "sequential", "warp64-fast")
 #: max |y - y_float64| / max |y_float64| on the sampled channels before a method is timed
 CHECK_TOL = 2e-3
 
 
 def build(folder: Path, strategies: tuple[str, ...]) -> None:
-    """``folder/packed-<strategy>`` (varlen) and ``folder/padded-<strategy>`` artifacts."""
+    """``folder/packed-<name>`` (varlen) and ``folder/padded-<name>`` artifacts of each variant
+    named (``bench/mamba_speed.py``'s ``VARIANTS``: a strategy and its options)."""
     import explorer as ex
     from explorer.presets import PRESETS
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from mamba_speed import VARIANTS
+
+    unknown = [s for s in strategies if s not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant {', '.join(unknown)}; choose from "
+                         f"{', '.join(VARIANTS)}")
     for s in strategies:
-        ex.compile(PRESETS[PRESET], strategy=s, varlen=True).save(folder / f"packed-{s}")
-        ex.compile(PRESETS[PRESET], strategy=s).save(folder / f"padded-{s}")
+        strategy, options = VARIANTS[s]
+        ex.compile(PRESETS[PRESET], strategy=strategy, varlen=True, **options).save(
+            folder / f"packed-{s}")
+        ex.compile(PRESETS[PRESET], strategy=strategy, **options).save(folder / f"padded-{s}")
         print(f"compiled {s} -> {folder}/packed-{s}, {folder}/padded-{s}")
 
 

@@ -83,3 +83,12 @@ def test_every_build_variant_is_a_valid_compile_and_unknown_ones_are_refused(tmp
     with pytest.raises(SystemExit, match="unknown variant warp64"):
         mamba_speed.build(tmp_path, ("warp64",))
     assert not any(tmp_path.iterdir())   # refused before anything is compiled
+
+
+def test_the_packed_batch_bench_builds_the_same_variants(tmp_path: Path) -> None:
+    import varlen_speed
+
+    assert set(varlen_speed.STRATEGIES) <= set(mamba_speed.VARIANTS)
+    with pytest.raises(SystemExit, match="unknown variant warp64"):
+        varlen_speed.build(tmp_path, ("warp64",))
+    assert not any(tmp_path.iterdir())
