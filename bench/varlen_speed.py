@@ -119,6 +119,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             continue
         pp = kp.prepare(**packed, cu_seqlens=offsets)
         pd = kd.prepare(**padded)
+        # the chunk length each call chose (the chunk rule) and the kernels it launches
+        for what, run in (("packed", pp), ("padded", pd)):
+            row[f"{what}_time_chunk"] = run.sizes.get("time_chunk")
+            row[f"{what}_kernels"] = [k.name for k, *_ in run._bound]
+            print(f"  {what}: time_chunk {row[f'{what}_time_chunk']}, kernels "
+                  f"{', '.join(row[f'{what}_kernels'])}")
         t = {"packed kernels": time_cuda(pp.launch, flush=flush).median_ms,
              "padded kernels": time_cuda(pd.launch, flush=flush).median_ms,
              "packed call": time_cuda(partial(kp, **packed, cu_seqlens=offsets),
