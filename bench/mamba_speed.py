@@ -87,21 +87,27 @@ def _parse_shape(text: str) -> tuple[int, int, int, int]:
 
 
 # -- building here --------------------------------------------------------------------------------
+def variants(names: tuple[str, ...]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, strategy, options) of each variant named (:data:`VARIANTS`); an unknown name
+    stops the run before anything is compiled."""
+    unknown = [s for s in names if s not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant {', '.join(unknown)}; choose from "
+                         f"{', '.join(VARIANTS)}")
+    return [(s, *VARIANTS[s]) for s in names]
+
+
 def build(folder: Path, strategies: tuple[str, ...], dtype: str = "float32") -> None:
     """Compile the preset as each variant of :data:`VARIANTS` named into ``folder/<name>``
     (artifact directories), for inputs and output of ``dtype``."""
     import explorer as ex
     from explorer.presets import PRESETS
 
-    unknown = [s for s in strategies if s not in VARIANTS]
-    if unknown:
-        raise SystemExit(f"unknown variant {', '.join(unknown)}; choose from "
-                         f"{', '.join(VARIANTS)}")
+    chosen = variants(strategies)
     text = PRESETS["Mamba selective scan"]
     folder.mkdir(parents=True, exist_ok=True)
-    for s in strategies:
+    for s, strategy, options in chosen:
         t0 = time.perf_counter()
-        strategy, options = VARIANTS[s]
         ex.compile(text, strategy=strategy, dtype=dtype, cache=False, **options).save(folder / s)
         print(f"compiled {s} in {time.perf_counter() - t0:.2f} s -> {folder / s}")
 

@@ -46,14 +46,9 @@ def build(folder: Path, strategies: tuple[str, ...]) -> None:
     from explorer.presets import PRESETS
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from mamba_speed import VARIANTS
+    from mamba_speed import variants
 
-    unknown = [s for s in strategies if s not in VARIANTS]
-    if unknown:
-        raise SystemExit(f"unknown variant {', '.join(unknown)}; choose from "
-                         f"{', '.join(VARIANTS)}")
-    for s in strategies:
-        strategy, options = VARIANTS[s]
+    for s, strategy, options in variants(strategies):
         ex.compile(PRESETS[PRESET], strategy=strategy, varlen=True, **options).save(
             folder / f"packed-{s}")
         ex.compile(PRESETS[PRESET], strategy=strategy, **options).save(folder / f"padded-{s}")

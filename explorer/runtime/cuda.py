@@ -245,9 +245,10 @@ class CudaKernel:
 
         On PyTorch CUDA tensors of the kernels' dtypes the call goes through
         :meth:`launch_torch` (a launch plan cached per shapes and strides, the kernels enqueued
-        on torch's current stream, not waited for, as any torch operation); other arrays are
+        on torch's current stream, not waited for, as any torch operation; packed calls and
+        compiles storing last states are checked and waited for there); other arrays are
         checked, marshalled, launched and waited for (:meth:`prepare`)."""
-        if arrays and not (self.varlen or self.last_states) and _all_cuda_tensors(arrays):
+        if arrays and _all_cuda_tensors(arrays):
             outs = self.launch_torch(L=L, **arrays)
             return next(iter(outs.values())) if len(outs) == 1 else outs
         run = self.prepare(L=L, **arrays)
