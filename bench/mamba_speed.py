@@ -70,6 +70,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "warp_shuffle": ("warp_shuffle", {}),
     "warp32": ("warp_shuffle", {"block_size": 32}),
     "warp64-fast": ("warp_shuffle", {"block_size": 64, "fast_math": "fast"}),
+    "warp32-fast": ("warp_shuffle", {"block_size": 32, "fast_math": "fast"}),
 }
 STRATEGIES = ("sequential", "blelloch", "warp32", "warp64-fast")
 

@@ -7,9 +7,12 @@ x[t]`` share ``softplus(dt[t] + dt_bias)``, the same for the N lanes of a channe
 log, where the rest of a lane's step is a few multiplies): the sequential kernel computes it
 where it stages a channel's inputs, and its lanes read it like an input. :func:`hoist` names
 the largest such subexpressions that read a timed input and cost a transcendental function or
-a division, and rewrites the expressions with those names. A sum or a product is never named
-itself (its terms are): a staged value costs shared memory, a multiply by an input the lanes
-read anyway costs nothing.
+a division, and rewrites the expressions with those names. A sum is never named itself (its
+terms are). A product is named only for the part of it that is the channel's: in
+``softplus(dt[t] + dt_bias) * B[t, n] * x[t]`` the factors ``softplus(...) * x[t]`` become one
+channel value, so a lane multiplies once by ``B`` instead of twice (the staged value costs a
+row of shared memory per tile; a multiply per lane and step is what the lane loop repeats N
+times).
 """
 
 from __future__ import annotations
@@ -60,11 +63,22 @@ def hoist(exprs: Sequence[sympy.Expr], channel: set[str], timed: set[str]) -> Ho
             out.values[sym.name] = e
         return sym
 
+    def channel_factors(e: sympy.Expr) -> tuple[list[sympy.Expr], list[sympy.Expr]]:
+        """A product's factors that read the channel's names alone, and the others."""
+        ours = [a for a in e.args if {s.name for s in a.free_symbols} <= channel
+                and not _has_sum(a)]
+        return ours, [a for a in e.args if a not in ours]
+
     def visit(e: sympy.Expr) -> sympy.Expr:
         if e.is_Atom:
             return e
         if only_channel(e) and _costly(e) and not isinstance(e, sympy.Add | sympy.Mul):
             return name(e)
+        if isinstance(e, sympy.Mul):
+            ours, rest = channel_factors(e)
+            group = sympy.Mul(*ours, evaluate=False)
+            if len(ours) >= 2 and rest and only_channel(group):
+                return sympy.Mul(name(group), *[visit(a) for a in rest], evaluate=False)
         if isinstance(e, sympy.Add | sympy.Mul):
             return e.func(*[visit(a) for a in e.args], evaluate=False)
         return e.func(*[visit(a) for a in e.args])

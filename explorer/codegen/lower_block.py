@@ -132,12 +132,13 @@ def tile_slots(tid: Value, E: int, bs: int, W: int, direct: bool = False) -> lis
 
 
 def tile_loads(streams: Sequence[Stream], tid: Value, t0: Value, last: Value, E: int, bs: int,
-               W: int, direct: bool = False) -> list[Value]:
+               W: int, direct: bool = False, aligned: Value | None = None) -> list[Value]:
     """The values of the tile starting at ``t0`` that thread ``tid`` holds
     (:func:`tile_slots`): per position one per stream (``W = 1``), or per group of W positions
     one ``vector<W x f32>`` per stream, loaded at once where the tile lies whole before
     ``last`` and every stream is aligned to W elements there, element by element otherwise
-    (positions past ``last`` read ``last``)."""
+    (positions past ``last`` read ``last``). ``aligned``: that alignment, when the caller
+    knows it for all the tiles it loads (:func:`rows_aligned`), instead of a check here."""
     T = bs * E
     held = tile_slots(tid, E, bs, W, direct)
 
@@ -158,9 +159,27 @@ def tile_loads(streams: Sequence[Stream], tid: Value, t0: Value, last: Value, E:
     def wide() -> list[Value]:
         return [wide_load(s, add_i(t0, p), W) for p in held[::W] for s in streams]
     whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), add_i(last, ci(1)))
-    ok = arith.andi(whole, _aligned(streams, t0, W))
+    ok = arith.andi(whole, _aligned(streams, t0, W) if aligned is None else aligned)
     types = [VectorType.get([W], f32())] * (E // W * len(streams))
     return if_else(ok, types, wide, scalar)
+
+
+def rows_aligned(arrays: Sequence[Value], L: Value, begin: Value, V: int) -> Value:
+    """Every tile of V-element groups that starts ``begin`` plus a multiple of V into any row
+    of these timed arrays (rows of ``L`` positions, either direction of time) is aligned to V
+    float32s: the buffers are, and ``L`` and ``begin`` are multiples of V. One check for all
+    the rows and tiles of a loop over lanes, in place of one per lane's tile; a row of a
+    length that is not a multiple of V takes the element-by-element loads."""
+    ok = None
+    for q in (L, begin):
+        one = arith.cmpi(arith.CmpIPredicate.eq, arith.remui(q, ci(V)), ci(0))
+        ok = one if ok is None else arith.andi(ok, one)
+    for a in arrays:
+        ptr = memref.extract_aligned_pointer_as_index(a)
+        bits = arith.andi(ptr, ci(4 * V - 1))
+        ok = arith.andi(ok, arith.cmpi(arith.CmpIPredicate.eq, bits, ci(0)))
+    assert ok is not None
+    return ok
 
 
 def held_value(vals: Sequence[Value], k: int, q: int, nstreams: int, W: int) -> Value:
@@ -186,8 +205,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                on_total: Callable[[Element], None] | None = None,
                last_state: Callable[[Value, list[Value]], None] | None = None,
                sums: Sequence[Value] = (),
-               direct: bool = False, extra_held: Sequence[Value] = ()
-               ) -> list[Value]:
+               direct: bool = False, extra_held: Sequence[Value] = (),
+               ragged_total: bool = False, aligned: Value | None = None) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
     ``mode``: ``"reduce"`` returns the aggregate of the range (no output); ``"inclusive"``
@@ -223,6 +242,15 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     (direct): the values of ``extra`` at the thread's positions, already read by the caller
     (``extra_held[k * len(extra) + i]``: buffer ``i`` at its ``k``-th position).
 
+    ``ragged_total``: the caller never reads the state after a range that ends inside a tile
+    (the lane loop's last tile of a chunk), so the elements past the end are not replaced by
+    the identity (two selects an element saved): a position's state depends on the elements
+    before it only, and the positions past the end are neither written nor summed into a
+    readout; the state returned after such a range is then not the range's.
+
+    ``aligned``: the wide loads' alignment, known by the caller for every tile loaded here
+    (:func:`rows_aligned`).
+
     ``element(inputs, t)`` builds the element at scan position ``t`` from its staged inputs.
     ``last_state(t, state)``, when given (``"inclusive"``), is called with the state after every
     position ``t`` of the range (a last state is stored where ``t`` ends its sequence).
@@ -254,7 +282,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
     def load_tile(t0: Value, tid: Value, streams: Sequence[Stream] = ins,
                   last: Value = last) -> list[Value]:
-        return tile_loads(streams, tid, t0, last, E, bs, VL, direct)
+        return tile_loads(streams, tid, t0, last, E, bs, VL, direct, aligned)
 
     def put_tile(tid: Value, vals: list[Value]) -> None:
         for k, p in enumerate(slots(tid, VL)):
@@ -288,7 +316,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         for j in range(E):
             p = add_i(mul_i(tid, ci(E)), ci(j))
             e = element(staged(p, j), add_i(t0, p))
-            out.append(select_element(lt_i(add_i(t0, p), end), e, alg.identity(), alg))
+            out.append(e if ragged_total else
+                       select_element(lt_i(add_i(t0, p), end), e, alg.identity(), alg))
         return out
 
     reduce = mode == "reduce"

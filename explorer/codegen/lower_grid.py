@@ -31,7 +31,7 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Gen, Seq, Stream
 from explorer.codegen.hoist import ChannelSplit
-from explorer.codegen.lower_block import block_scan, tile_loads
+from explorer.codegen.lower_block import block_scan, rows_aligned, tile_loads
 from explorer.codegen.options import Options
 from explorer.codegen.threads import Threads, for_loop, if_else, if_then, min_i, pad, padded
 from explorer.frontend.names import AGGREGATES, CARRIES
@@ -206,6 +206,9 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     # of a lane's inputs into registers, in vectors (block_scan's ``direct``)
     direct = th.gpu and not (gen.io.states or gen.scan_readouts)
     W = gen.options.vector_elements if direct else 1
+    # the lanes' rows are aligned for their wide loads, checked once for all lanes and tiles
+    aligned = (rows_aligned([gen.arrays[n] for n in lane_names], gen.L, begin, W)
+               if direct and W > 1 and lane_names else None)
 
     def tile(tix: Value, pref: list[Value]) -> list[Value]:
         t0 = add_i(begin, mul_i(tix, ci(T)))
@@ -252,12 +255,14 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 nn = arith.select(last_lane, ci(0), add_i(n, ci(1)))
                 b2 = arith.select(last_lane, add_i(t0, ci(T)), t0)
                 then = (streams(nn)[1], b2, min_i(end, add_i(b2, ci(T))))
+            # ragged_total: only the chunk's last tile ends inside a tile, and the state after
+            # it (left in the carry slot) is read by no later tile
             out = block_scan(gen, th, E, stage, aggbuf, ins, gen.out_streams(seq), element,
                              outputs if gen.scan_outputs else None, t0, t1, init, "inclusive",
                              accumulate=accumulate, extra=shared,
                              prefetched=pref if th.gpu else None, then=then,
                              last_state=gen.last_state_hook(seq), sums=sums, direct=direct,
-                             extra_held=shared_held)
+                             extra_held=shared_held, ragged_total=True, aligned=aligned)
             after, nxt = out[:S], out[S:]
 
             def keep() -> None:
@@ -306,7 +311,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
         assert th.tid is not None
         _, ins0 = streams(ci(0))
         last0 = arith.subi(min_i(end, add_i(begin, ci(T))), ci(1))
-        first = tile_loads(ins0, th.tid, begin, last0, E, bs, W, direct)
+        first = tile_loads(ins0, th.tid, begin, last0, E, bs, W, direct, aligned)
     for_loop(ci(0), ceil_div(arith.subi(end, begin), ci(T)), ci(1), tile, first)
 
 

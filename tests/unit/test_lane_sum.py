@@ -166,12 +166,18 @@ def test_the_channel_values_of_the_presets() -> None:
     from explorer.codegen.hoist import split_channel
 
     mamba = split_channel(decompose(Recurrence.parse(MAMBA)), ())
-    assert [str(e) for _, e in mamba.values] == ["log(exp(dt + dt_bias) + 1)"]   # softplus
-    assert mamba.lane_inputs == ("B",) and mamba.channel_inputs == ("x",)
+    # softplus, and the channel's part of b = softplus(...) * B * x: a lane multiplies once
+    assert [str(e) for _, e in mamba.values] == ["log(exp(dt + dt_bias) + 1)",
+                                                  "x*log(exp(dt + dt_bias) + 1)"]
+    assert [str(e) for e in mamba.element] == ["exp(#0*A)", "#1*B"]
+    assert mamba.lane_inputs == ("B",) and mamba.channel_inputs == ()
     assert mamba.channel_raw == ("dt", "x")
-    # a multiply is left to the lanes: a value costs a staged array
+    # a product's channel factors are one value even when nothing in them is costly; a
+    # channel input a lane reads alone (dt in exp(A*dt)) is staged as it is
     plain = split_channel(decompose(Recurrence.parse(SELECTIVE)), ())
-    assert plain.values == () and plain.channel_inputs == ("dt", "x")
+    assert [(n, str(e)) for n, e in plain.values] == [("#0", "dt*x")]
+    assert [str(e) for e in plain.element] == ["exp(A*dt)", "#0*B"]
+    assert plain.channel_inputs == ("dt",)
     own = split_channel(decompose(Recurrence.parse(CHANNEL_FUNCTIONS)), ())
     assert sorted(str(e) for _, e in own.values) == ["exp(g)", "tanh(u)"]
 
