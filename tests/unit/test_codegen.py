@@ -164,8 +164,10 @@ def test_sequential_vector_stages_channel_inputs_once() -> None:
     from explorer.codegen.lower_sequential import seq_layout
 
     lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda"))
-    assert lay.inputs == ("dt", "B", "x")
-    assert lay.private == (False, True, False)      # dt, x by channel; B by lane
+    # dt (read alone by exp(dt * A)) and the channel value dt * x (the channel's factors of
+    # b = dt * B * x) by channel; B by lane
+    assert lay.inputs == ("dt", "B", "#0")
+    assert lay.private == (False, True, False)
     assert lay.out_buffer == (1,) and lay.buffers == 3
 
 
