@@ -61,9 +61,10 @@ COPY_MAX = 4 * 2**30
 #: channels checked against float64 (first, last and these many between)
 SAMPLED = 4
 #: the compiles ``--build`` makes (``--strategies`` names them): folder name -> strategy and
-#: options. ``warp64-fast``: the warp-shuffle tree with two warps a block and approximate exp
+#: options. ``warp32-fast``: the warp-shuffle tree with one warp a block and approximate exp
 #: (``fast_math="fast"``, as mamba-ssm's kernels are built with ``--use_fast_math``), the
-#: fastest measured on an H100 (README); ``warp32``: one warp a block, exact exp
+#: fastest in fp32 on an H100 (README); ``warp32-fast16``: the same with 16 elements a thread,
+#: the fastest in bf16; ``warp64-fast``: two warps a block; ``warp32``: exact exp
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "sequential": ("sequential", {}),
     "blelloch": ("blelloch", {}),
@@ -71,8 +72,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "warp32": ("warp_shuffle", {"block_size": 32}),
     "warp64-fast": ("warp_shuffle", {"block_size": 64, "fast_math": "fast"}),
     "warp32-fast": ("warp_shuffle", {"block_size": 32, "fast_math": "fast"}),
+    "warp32-fast16": ("warp_shuffle", {"block_size": 32, "fast_math": "fast",
+                                       "elements_per_thread": 16}),
 }
-STRATEGIES = ("sequential", "blelloch", "warp32", "warp64-fast")
+STRATEGIES = ("sequential", "blelloch", "warp32-fast", "warp32-fast16")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int, int]:

@@ -71,9 +71,9 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Gen, Locations, scan_io
 from explorer.codegen.lower_grid import (
-    LANE_LOOP_THREADS_PER_SM,
     blelloch_block,
     lane_loop_block,
+    lane_loop_threads_per_sm,
     readout_block,
 )
 from explorer.codegen.lower_lookback import LOOKBACK_THREADS_PER_SM, lookback_block
@@ -162,7 +162,8 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
                 launch_when_longer_than=None if role == "scan" else TIME_CHUNK,
                 launch_unless_longer_than=TIME_CHUNK if whole_only else None,
                 min_blocks_per_sm=(max(1, LOOKBACK_THREADS_PER_SM // bs) if role == "lookback"
-                                   else max(1, LANE_LOOP_THREADS_PER_SM // bs) if lane_loop
+                                   else max(1, lane_loop_threads_per_sm(
+                                       options.elements_per_thread) // bs) if lane_loop
                                    else 0),
                 channels="block" if lane_loop else None,
                 zeroes=(TILE_FLAGS,) if role == "lookback" else ()))

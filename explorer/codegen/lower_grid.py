@@ -121,6 +121,17 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
 #: ran 7% faster on an H100 (Mamba preset, 8 x 1536 x 16 x 2048 and x 8192); asked for 6 or 8,
 #: the spills cost more than the occupancy gives
 LANE_LOOP_THREADS_PER_SM = 640
+#: the same for 16 elements a thread, which hold twice the registers: at 640 threads an SM
+#: they spilled 344 bytes; at 512 (128 registers, 36 bytes of spills) the bf16 Mamba preset
+#: (32 threads a block, fast math) ran 14% faster than with 8 elements at 8 x 1536 x 16 x 8192
+#: and 32768 on an H100, where 384 or 320 (168 registers, no spills) ran no faster than 8
+LANE_LOOP_THREADS_PER_SM_16 = 512
+
+
+def lane_loop_threads_per_sm(elements: int) -> int:
+    """Resident threads per SM to ask for the lane-loop scan kernel with ``elements`` a
+    thread."""
+    return LANE_LOOP_THREADS_PER_SM if elements <= 8 else LANE_LOOP_THREADS_PER_SM_16
 
 
 def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],

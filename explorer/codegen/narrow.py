@@ -29,10 +29,12 @@ from typing import Any
 from mlir.dialects import arith, memref, vector
 from mlir.ir import (
     BF16Type,
+    DenseElementsAttr,
     F16Type,
     F32Type,
     FunctionType,
     InsertionPoint,
+    IntegerAttr,
     IntegerType,
     MemRefType,
     Type,
@@ -136,7 +138,9 @@ def _rewrite_uses(value: Value, elem: Type, name: str) -> int:
             with InsertionPoint(op), op.location:
                 narrow = vector.load(VectorType.get([v], elem), op.operands[0],
                                      list(op.operands[1:]), alignment=_halved(op))
-                wide = arith.extf(VectorType.get([v], F32Type.get()), narrow)
+                wide = (_widen_bf16_pairs(narrow, v) if isinstance(elem, BF16Type)
+                        and v % 2 == 0 else
+                        arith.extf(VectorType.get([v], F32Type.get()), narrow))
             op.results[0].replace_all_uses_with(wide)
             op.erase()
             changed += 1
@@ -158,11 +162,27 @@ def _rewrite_uses(value: Value, elem: Type, name: str) -> int:
     return changed
 
 
+def _widen_bf16_pairs(narrow: Value, v: int) -> Value:
+    """``vector<v x bf16>`` to f32, two elements per 32-bit word: a bfloat16 is the upper half
+    of the float32 of the same value, so the word's low element is the word shifted left by 16
+    bits and its high element the word with its low 16 bits cleared (one integer instruction
+    an element, where ``arith.extf`` lowers to a byte permute and a shift for the high one)."""
+    i32, f32 = IntegerType.get_signless(32), F32Type.get()
+    half = VectorType.get([v // 2], i32)
+    words = vector.bitcast(half, narrow)
+
+    def splat(x: int) -> Value:
+        return arith.constant(half, DenseElementsAttr.get_splat(half, IntegerAttr.get(i32, x)))
+    low = vector.bitcast(VectorType.get([v // 2], f32), arith.shli(words, splat(16)))
+    high = vector.bitcast(VectorType.get([v // 2], f32),
+                          arith.andi(words, splat(-65536)))   # 0xFFFF0000
+    order = [k for j in range(v // 2) for k in (j, v // 2 + j)]
+    return vector.shuffle(low, high, order)
+
+
 def _halved(op: Any) -> Any:
     """The alignment a wide access of 16-bit elements may claim: half that of the float32
     access it replaces (None where it claimed none)."""
-    from mlir.ir import IntegerAttr
-
     if "alignment" not in op.attributes:
         return None
     old = IntegerAttr(op.attributes["alignment"]).value
