@@ -34,7 +34,7 @@ from explorer.bench.sweep import parse_count  # noqa: E402
 
 PRESET = "Mamba selective scan"
 #: the compiles ``--build`` makes, named as in ``bench/mamba_speed.py`` (its ``VARIANTS``)
-STRATEGIES = ("blelloch", "sequential", "warp64-fast")
+STRATEGIES = ("blelloch", "sequential", "warp32-fast")
 #: max |y - y_float64| / max |y_float64| on the sampled channels before a method is timed
 CHECK_TOL = 2e-3
 

@@ -3,29 +3,17 @@ in registers (``scan.thread``), then the block tree over the thread aggregates r
 sweep as the plan's ``scan.sweep`` ops say (Blelloch up/down-sweep or Kogge-Stone levels), a
 barrier after each; then each thread applies its prefix to its elements.
 
-The tile moves between memory and the block's stage V elements a thread at once
-(``scan.thread {vector_width = V}``): thread ``tid`` holds the positions ``(g * B + tid) * V + j``
-(``g < E / V``, ``j < V``) of the tile, loaded as one ``vector.load`` of V elements per stream
-and group where every stream's row and the tile start are aligned to V elements and the tile
-lies whole in the range, by scalar loads of the same positions otherwise (a check per tile);
-the stage is indexed by position, so the rest of the block does not see which thread loaded
-what. The outputs leave the stage the same way (``vector.store``), or element by element.
-A scan that streams no output (the lane loop's fused readout) may skip the stage instead: each
-thread loads its own E consecutive positions, ``tid * E + k``, in vectors, and composes its
-elements from those registers (``direct``).
+The tile's loads and stores, wide or not, and which positions a thread holds, are those of
+:mod:`explorer.codegen.tiles`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 
-from mlir.dialects import arith, memref, vector
+from mlir.dialects import arith, memref
 from mlir.ir import (
-    IntegerAttr,
-    IntegerType,
     Value,
-    VectorType,
 )
 
 from explorer.codegen.emit import (
@@ -34,7 +22,6 @@ from explorer.codegen.emit import (
     add_i,
     ceil_div,
     ci,
-    f32,
     lt_i,
     mul_i,
 )
@@ -45,10 +32,16 @@ from explorer.codegen.threads import (
     for_loop,
     if_else,
     if_then,
-    min_i,
     pad,
     padded,
     select_element,
+)
+from explorer.codegen.tiles import (
+    streams_aligned,
+    held_value,
+    tile_loads,
+    tile_slots,
+    wide_store,
 )
 
 
@@ -76,119 +69,6 @@ def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Elemen
         store(pad(i), combined(i))
         return []
     for_loop(ci(0), ci(th.bs - off), ci(1), body)
-
-
-def _wide_index(s: Stream, p: Value, V: int) -> Value:
-    """The lowest index of the V positions ``p .. p + V - 1`` of stream ``s`` (backwards in
-    time the last position's)."""
-    return s.at(p if s.last is None else add_i(p, ci(V - 1)))
-
-
-def _aligned(streams: Sequence[Stream], p: Value, V: int) -> Value:
-    """Every stream's positions ``p .. p + V - 1`` start on a V-element vector boundary: the
-    index a multiple of V and the buffer aligned to V float32s (a bound for any element size:
-    a 16-bit buffer then also starts on a V * 2-byte boundary)."""
-    ok = None
-    for s in streams:
-        ptr = memref.extract_aligned_pointer_as_index(s.array)
-        bits = arith.andi(arith.ori(ptr, mul_i(_wide_index(s, p, V), ci(4))), ci(4 * V - 1))
-        one = arith.cmpi(arith.CmpIPredicate.eq, bits, ci(0))
-        ok = one if ok is None else arith.andi(ok, one)
-    assert ok is not None
-    return ok
-
-
-def _alignment(V: int) -> IntegerAttr:
-    """The bytes a wide access of V float32s is aligned to (narrowed with the buffer)."""
-    return IntegerAttr.get(IntegerType.get_signless(64), 4 * V)
-
-
-def wide_load(s: Stream, p: Value, V: int) -> Value:
-    """The values of stream ``s`` at positions ``p .. p + V - 1``, in position order: one
-    vector load (kept a vector until it is stored into the stage: LLVM turns a vector load
-    whose users all extract elements back into scalar loads)."""
-    with s.loc or nullcontext():
-        vec = vector.load(VectorType.get([V], f32()), s.array, [_wide_index(s, p, V)],
-                          alignment=_alignment(V))
-        return vec if s.last is None else vector.shuffle(vec, vec, list(range(V))[::-1])
-
-
-def wide_store(s: Stream, p: Value, vals: Sequence[Value]) -> None:
-    """Store ``vals`` at positions ``p .. p + V - 1`` of stream ``s``: one vector store."""
-    V = len(vals)
-    ordered = list(vals) if s.last is None else list(vals)[::-1]
-    vec = vector.from_elements(VectorType.get([V], f32()), ordered)
-    vector.store(vec, s.array, [_wide_index(s, p, V)], alignment=_alignment(V))
-
-
-def tile_slots(tid: Value, E: int, bs: int, W: int, direct: bool = False) -> list[Value]:
-    """The tile positions thread ``tid`` holds, in the order of its values: groups of ``W``
-    consecutive positions, ``(g * bs + tid) * W + j`` (the block's accesses coalesced), or with
-    ``direct`` its own ``E`` consecutive positions ``tid * E + k``."""
-    if direct:
-        return [add_i(mul_i(tid, ci(E)), ci(k)) for k in range(E)]
-    return [add_i(mul_i(add_i(ci(g * bs), tid), ci(W)), ci(j))
-            for g in range(E // W) for j in range(W)]
-
-
-def tile_loads(streams: Sequence[Stream], tid: Value, t0: Value, last: Value, E: int, bs: int,
-               W: int, direct: bool = False, aligned: Value | None = None) -> list[Value]:
-    """The values of the tile starting at ``t0`` that thread ``tid`` holds
-    (:func:`tile_slots`): per position one per stream (``W = 1``), or per group of W positions
-    one ``vector<W x f32>`` per stream, loaded at once where the tile lies whole before
-    ``last`` and every stream is aligned to W elements there, element by element otherwise
-    (positions past ``last`` read ``last``). ``aligned``: that alignment, when the caller
-    knows it for all the tiles it loads (:func:`rows_aligned`), instead of a check here."""
-    T = bs * E
-    held = tile_slots(tid, E, bs, W, direct)
-
-    def scalar() -> list[Value]:
-        vals = []
-        for p in held:
-            t = min_i(add_i(t0, p), last)
-            vals += [s.load(t) for s in streams]
-        if W == 1:
-            return vals
-        n = len(streams)
-        return [vector.from_elements(VectorType.get([W], f32()),
-                                     [vals[(g * W + j) * n + q] for j in range(W)])
-                for g in range(E // W) for q in range(n)]
-    if W == 1 or not streams:
-        return scalar()
-
-    def wide() -> list[Value]:
-        return [wide_load(s, add_i(t0, p), W) for p in held[::W] for s in streams]
-    whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), add_i(last, ci(1)))
-    ok = arith.andi(whole, _aligned(streams, t0, W) if aligned is None else aligned)
-    types = [VectorType.get([W], f32())] * (E // W * len(streams))
-    return if_else(ok, types, wide, scalar)
-
-
-def rows_aligned(arrays: Sequence[Value], L: Value, begin: Value, V: int) -> Value:
-    """Every tile of V-element groups that starts ``begin`` plus a multiple of V into any row
-    of these timed arrays (rows of ``L`` positions, either direction of time) is aligned to V
-    float32s: the buffers are, and ``L`` and ``begin`` are multiples of V. One check for all
-    the rows and tiles of a loop over lanes, in place of one per lane's tile; a row of a
-    length that is not a multiple of V takes the element-by-element loads."""
-    ok = None
-    for q in (L, begin):
-        one = arith.cmpi(arith.CmpIPredicate.eq, arith.remui(q, ci(V)), ci(0))
-        ok = one if ok is None else arith.andi(ok, one)
-    for a in arrays:
-        ptr = memref.extract_aligned_pointer_as_index(a)
-        bits = arith.andi(ptr, ci(4 * V - 1))
-        ok = arith.andi(ok, arith.cmpi(arith.CmpIPredicate.eq, bits, ci(0)))
-    assert ok is not None
-    return ok
-
-
-def held_value(vals: Sequence[Value], k: int, q: int, nstreams: int, W: int) -> Value:
-    """Stream ``q``'s value at the thread's ``k``-th held position, from what
-    :func:`tile_loads` gave."""
-    if W == 1:
-        return vals[k * nstreams + q]
-    g, j = divmod(k, W)
-    return vector.extract(vals[g * nstreams + q], [], [j])
 
 
 def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Sequence[Value],
@@ -494,7 +374,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                 scalar_write(tid)
                 return
             whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
-            ok = arith.andi(whole, _aligned(outs, t0, VL))
+            ok = arith.andi(whole, streams_aligned(outs, t0, VL))
 
             def wide() -> list[Value]:
                 wide_write(tid)

@@ -31,9 +31,10 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Gen, Seq, Stream
 from explorer.codegen.hoist import ChannelSplit
-from explorer.codegen.lower_block import block_scan, rows_aligned, tile_loads
+from explorer.codegen.lower_block import block_scan
 from explorer.codegen.options import Options
 from explorer.codegen.threads import Threads, for_loop, if_else, if_then, min_i, pad, padded
+from explorer.codegen.tiles import rows_aligned, tile_loads
 from explorer.frontend.names import AGGREGATES, CARRIES
 
 

@@ -227,7 +227,9 @@ def test_sequential_lanes_in_block() -> None:
     plan = choose_plan(form_of(MAMBA), validate("sequential", "cuda"))
     lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda"), plan.stored,
                      plan.lane_sum)
-    assert lay.inputs == ("dt", "B", "x", "C") and lay.private == (False, True, False, True)
+    # x for the readout's D * x, and the channel value dt * x for the lanes' b = B * (dt * x)
+    assert lay.inputs == ("dt", "B", "x", "C", "#0")
+    assert lay.private == (False, True, False, True, False)
     assert lay.out_buffer == (1,)       # the lane term C * h written over B, in place
 
 

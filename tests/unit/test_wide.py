@@ -19,7 +19,7 @@ from explorer.passes.plan import plan_from_dict
 pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
 
 import explorer as ex  # noqa: E402
-from explorer.codegen import lower_block  # noqa: E402
+from explorer.codegen import tiles  # noqa: E402
 from explorer.passes.plan import plan_ir  # noqa: E402
 
 AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
@@ -145,14 +145,14 @@ def _broken_wide_load(s: Any, p: Any, V: int) -> Any:
     return vector.shuffle(good, good, list(range(V))[::-1])
 
 
-_WIDE_LOAD = lower_block.wide_load
+_WIDE_LOAD = tiles.wide_load
 
 
 def test_the_wide_path_runs_only_where_it_may(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a broken wide load compiled in, the rows it reads come out wrong, and only those:
     a row starting on a vector boundary with whole tiles takes the wide path; a row starting
     off one, or a range shorter than a tile, takes the scalar loads."""
-    monkeypatch.setattr(lower_block, "wide_load", _broken_wide_load)
+    monkeypatch.setattr(tiles, "wide_load", _broken_wide_load)
     c = ex.compile(AFFINE, target="cpu", cache=False, grid="chunked", **SMALL)
     L = 2 * 256 + 1            # row 0 starts at 0 (aligned), row 1 at 513 (not)
     a, b = _problem(2, L, seed=7)
