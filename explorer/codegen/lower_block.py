@@ -28,6 +28,7 @@ from explorer.codegen.emit import (
 from explorer.codegen.gen import Gen, Stream
 from explorer.codegen.lower_warp import padded_slots, warp_tree, warp_tree_host
 from explorer.codegen.threads import (
+    WARP,
     Threads,
     for_loop,
     if_else,
@@ -37,8 +38,8 @@ from explorer.codegen.threads import (
     select_element,
 )
 from explorer.codegen.tiles import (
-    streams_aligned,
     held_value,
+    streams_aligned,
     tile_loads,
     tile_slots,
     wide_store,
@@ -347,7 +348,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                 for q, v in enumerate(o):
                     memref.store(v, stage[q], [pad(p)])
         th.each(finish)
-        th.barrier()
+        # the barrier keeps the stage and the tree's shared slots from being overwritten (the
+        # next tile or scan) before every thread has read them; a direct scan of one warp
+        # (the lane loop) keeps its tile and tree in registers and needs none
+        if not (direct and in_registers and bs <= WARP):
+            th.barrier()
         if not outs:
             return alg.apply(total, carry) + nxt + kept_sums
 

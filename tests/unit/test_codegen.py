@@ -4,6 +4,7 @@ compile errors with reproducers. CPU only; PTX is checked with ptxas when it is 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -298,7 +299,14 @@ def test_cuda_pipeline_records_every_pass_and_writes_nothing_to_fd2() -> None:
     assert changed["convert-scf-to-cf"] and changed["convert-gpu-to-nvvm"]
     assert changed["gpu-module-to-binary"] and changed["nvvm-attach-target"]
     assert changed["canonicalize (input)"]
-    assert not changed["lower-affine"] and not changed["convert-vector-to-scf"]
+    assert not changed["lower-affine"]
+    # nothing for convert-vector-to-scf to lower (the tiles' vector loads stay for the LLVM
+    # lowering): at most its rewrite driver moves the constants
+    vec = names.index("convert-vector-to-scf")
+
+    def lines(ir: str) -> list[str]:   # constants' names follow their order: not compared
+        return sorted(re.sub(r"%c(st)?[_0-9]*\b", "%C", line) for line in ir.splitlines())
+    assert lines(lowered.passes[vec - 1].ir) == lines(lowered.passes[vec].ir)
     assert all(p.seconds >= 0 and p.ir.startswith("module") for p in lowered.passes)
     nvvm = lowered.passes[names.index("convert-gpu-to-nvvm")].ir
     assert "nvvm.read.ptx.sreg.tid.x" in nvvm and "nvvm.barrier" in nvvm

@@ -5,8 +5,9 @@
 // lane's B and C (two here) as one vector each, the first lane's first tile before the loops
 // and the next lane's tile while a lane is scanned (carried in the loops), never through the
 // stage. Per tile: the channel's rows, a barrier, each thread reads its positions of them once
-// for all the lanes; then a loop over the lanes (a whole block scan each), each thread adding
-// each lane's terms at its two positions into two sums carried in registers through the lanes
+// for all the lanes; then a loop over the lanes, two an iteration (the second in an scf.if, for
+// an odd N), a whole block scan each, carrying the rows of the next lane's B and C (two
+// indices, one add a lane) and each thread's sums of the lanes' terms at its two positions
 // (iter_args starting at 0.0); after the lanes the sums go into the last row, a barrier, and y is
 // written from it (nothing to clear: the next tile's sums overwrite it). The launcher gives the
 // scan kernel C * chunks blocks (channels, not lanes), while the reduce and carry kernels still
@@ -22,14 +23,16 @@
 // CHECK: gpu.barrier
 // CHECK: memref.load %arg20
 // CHECK: memref.load %arg21
-// CHECK: [[LANES:%[0-9]+]]:4 = scf.for %{{.*}} = %c0{{.*}} to [[N]] step {{.*}} iter_args({{.*}}, %{{.*}} = %cst{{[_0-9]*}}, %{{.*}} = %cst{{[_0-9]*}}) -> (vector<2xf32>, vector<2xf32>, f32, f32)
+// CHECK: [[LANES:%[0-9]+]]:6 = scf.for %{{.*}} = %c0{{.*}} to %{{[0-9]+}} step {{.*}} iter_args({{.*}}, %{{.*}} = %cst{{[_0-9]*}}, %{{.*}} = %cst{{[_0-9]*}}) -> (vector<2xf32>, vector<2xf32>, index, index, f32, f32)
 // CHECK-NOT: memref.load %arg2{{[01]}}
 // CHECK: vector.load {{.*}} vector<2xf32>
 // CHECK-NOT: memref.load %arg2{{[01]}}
 // CHECK: [[SUM:%[0-9]+]] = arith.addf %arg{{[0-9]+}}, %{{[0-9]+}} : f32
+// CHECK: scf.if %{{[0-9]+}} -> (vector<2xf32>, vector<2xf32>, index, index, f32, f32)
+// CHECK: vector.load {{.*}} vector<2xf32>
 // CHECK: scf.yield {{.*}}[[SUM]]
-// CHECK: memref.store [[LANES]]#2, %arg22
-// CHECK: memref.store [[LANES]]#3, %arg22
+// CHECK: memref.store [[LANES]]#4, %arg22
+// CHECK: memref.store [[LANES]]#5, %arg22
 // CHECK-NEXT: gpu.barrier
 // CHECK: memref.load %arg22
 // CHECK-NOT: memref.store %cst{{.*}}, %arg22
