@@ -188,9 +188,6 @@ class Gen:
         #: the inputs that may come with a row per block of channels, and the channels that
         #: share a row (arguments of the call), set when the arguments are bound
         self.row_div: dict[str, Value] = {}
-        #: the parameters that may come with a row per channel of the trailing batch axes,
-        #: and their row counts (``c % modulus`` is channel c's row; arguments of the call)
-        self.row_mod: dict[str, Value] = {}
         self.lanes = set(form.recurrence.lane_names)
         self.timed = set(form.inputs)
         self.states = tuple(form.recurrence.states)
@@ -233,9 +230,7 @@ class Gen:
                        lane_row if name in self.lanes else c)
                 timed_base[name] = mul_i(row, self.L)
             elif name in self.arrays:
-                mod = self.row_mod.get(name)
-                row = c if mod is None else arith.remui(c, mod)
-                at = add_i(mul_i(row, self.N), n) if name in self.lanes else row
+                at = lane_row if name in self.lanes else c
                 with self.loc(name):
                     params[name] = memref.load(self.arrays[name], [at])
             else:

@@ -20,10 +20,8 @@ inputs and outputs of a 16-bit compile are bf16/f16, :mod:`~explorer.codegen.nar
 outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64; for a vector state, one
 int64 row divisor per input with the lane axis (``rowmap``: such an input may be given with a
 row per block of ``div`` channels, ``(C / div, N, L)``, channel c reading row ``c // div``: 1
-for a row per channel), and one int64 row modulus per parameter (``rowmod``: a parameter given
-for the channels of the trailing batch axes alone, ``(mod, ...)``, channel c reading row
-``c % mod``: ``C`` for a row per channel); then the workspaces and the int64 ``time_chunk``
-(tree plans only). A sequence is one ``(channel c, lane n)`` pair, numbered ``s = c * N + n``.
+for a row per channel); then the workspaces and the int64 ``time_chunk`` (tree plans only). A
+sequence is one ``(channel c, lane n)`` pair, numbered ``s = c * N + n``.
 """
 
 from __future__ import annotations
@@ -88,12 +86,12 @@ from explorer.errors import CompileError, OptionError
 from explorer.frontend.names import SEGMENT_MARKS, TIME_CHUNK
 
 #: the int64 arguments (the rest are buffers)
-INT_ROLES = ("size", "rowmap", "rowmod")
+INT_ROLES = ("size", "rowmap")
 
 
 def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
-                 Tc: Value | None, row_div: dict[str, Value], segments: bool = False,
-                 row_mod: dict[str, Value] | None = None) -> dict[str, Value]:
+                 Tc: Value | None, row_div: dict[str, Value], segments: bool = False
+                 ) -> dict[str, Value]:
     sizes = {}
     CN = mul_i(C, N)
     for a in args:
@@ -112,9 +110,6 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
         div = row_div.get(a["name"]) if a["role"] == "input" else None
         if div is not None:   # a row per block of channels
             rows = mul_i(arith.divui(C, div), N) if a["lane"] else arith.divui(C, div)
-        mod = (row_mod or {}).get(a["name"]) if a["role"] == "param" else None
-        if mod is not None:   # a row per channel of the trailing batch axes
-            rows = mul_i(mod, N) if a["lane"] else mod
         if segments and a["role"] in ("h0", "output") and not a["timed"]:
             # a state per sequence of the packed batch: their number is the call's (at most
             # L non-empty ones; the size only shapes the memref, nothing is bounds-checked)
@@ -271,17 +266,14 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
     row_div = {a["name"]: to_index(v) for a, v in zip(args, values, strict=False)
                if a["role"] == "rowmap"}
-    row_mod = {a["name"]: to_index(v) for a, v in zip(args, values, strict=False)
-               if a["role"] == "rowmod"}
     by_name = {a["name"]: v for a, v in zip(args, values, strict=False)
                if a["role"] not in INT_ROLES}
     C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
     Tc = to_index(size[TIME_CHUNK]) if TIME_CHUNK in size else None
-    sizes = _array_sizes(args, C, N, L, Tc, row_div, plan.segments, row_mod)
+    sizes = _array_sizes(args, C, N, L, Tc, row_div, plan.segments)
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
     gen = Gen(form, options, arrays, C, N, L, scan_io(form, plan.stored, plan.lane_sum))
     gen.row_div = row_div
-    gen.row_mod = row_mod
     gen.marks = arrays[SEGMENT_MARKS] if plan.segments else None
     gen.Tc = Tc
     gen.sweeps = plan.sweeps

@@ -17,8 +17,7 @@ the plan:
   initial states not given (allocated once, read only), and which slot takes which tensor;
 - for each tensor, whether it is already in the kernels' canonical layout (contiguous, of its
   argument's dtype: float32, or a 16-bit argument's ``torch.bfloat16``/``torch.float16``;
-  nothing broadcast, or one row per block of channels where the kernel takes a row divisor,
-  or a parameter's row per channel of the trailing batch axes where it takes a row modulus):
+  nothing broadcast, or one row per block of channels where the kernel takes a row divisor):
   then its data pointer is passed as it is; otherwise a torch view chain lays it out (a copy).
 
 A later call of the same signature does what safety still needs and nothing else: every
@@ -45,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from explorer.runtime.cuda_device import _cupy, _external_stream
-from explorer.runtime.shapes import ArgSpec, _full_shape, resolve, shared_rows, trailing_rows
+from explorer.runtime.shapes import ArgSpec, _full_shape, resolve, shared_rows
 
 if TYPE_CHECKING:
     from explorer.runtime.cuda import CudaKernel
@@ -154,8 +153,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
     batch, N, length = resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()}, L)
     C = math.prod(batch)
     shared = [a.name for a in kernel.artifact.kernels[0].args if a.role == "rowmap"]
-    modded = [a.name for a in kernel.artifact.kernels[0].args if a.role == "rowmod"]
-    layouts, row_div, row_mod = _layouts(specs, arrays, batch, N, length, shared, C, modded)
+    layouts, row_div = _layouts(specs, arrays, batch, N, length, shared, C)
     N = N if kernel.vector else 1   # as marshal: the lane axis of the kernels' side
     tdev = torch.device("cuda", device)
     with cp.cuda.Device(device):
@@ -216,8 +214,6 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
                     template.append(np.int64(workspaces[a.name].data_ptr()))
                 elif a.role == "rowmap":
                     template.append(np.int64(row_div.get(a.name, 1)))
-                elif a.role == "rowmod":
-                    template.append(np.int64(row_mod.get(a.name, C)))
                 else:
                     template.append(np.int64(values[a.name]))
             func = _module(kernel.artifact, k).get_function(k.name)
@@ -233,35 +229,27 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
 
 
 def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...], N: int,
-             length: int, shared: list[str], C: int, modded: list[str] | None = None
-             ) -> tuple[list[_Layout], dict[str, int], dict[str, int]]:
+             length: int, shared: list[str], C: int) -> tuple[list[_Layout], dict[str, int]]:
     """Per tensor given: passed as it is when already in the kernels' layout (the rule of
-    :func:`explorer.runtime.shapes.marshal`), else the view chain that lays it out; with the
-    row divisors and row moduli of the tensors read with fewer rows than channels."""
+    :func:`explorer.runtime.shapes.marshal`), else the view chain that lays it out."""
     out: list[_Layout] = []
     row_div: dict[str, int] = {}
-    row_mod: dict[str, int] = {}
     for s in specs:
         x = arrays[s.name]
         tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
         full = _full_shape(s, tuple(x.shape), batch)
         own = full[:len(batch)]
         div = shared_rows(own, batch) if s.name in shared and C > 0 else None
-        mod = (trailing_rows(own, batch) if s.name in (modded or ()) and C > 0 and div is None
-               else None)
         if div is not None and div > 1:
             row_div[s.name] = div
             target, flat = own + tail, (C // div, *tail)
-        elif mod is not None and mod < C:
-            row_mod[s.name] = mod
-            target, flat = own + tail, (mod, *tail)
         else:
             target, flat = batch + tail, (C, *tail)
         # as it is: contiguous and as many elements as the layout (nothing broadcast)
         direct = x.is_contiguous() and x.numel() == math.prod(flat) \
             and tuple(full[len(batch):]) == tail
         out.append(_Layout(s.name, direct, full, target, flat))
-    return out, row_div, row_mod
+    return out, row_div
 
 
 class PlanCache:
