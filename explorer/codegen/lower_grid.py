@@ -134,7 +134,9 @@ LANE_LOOP_THREADS_PER_SM = 640
 #: the same for 16 elements a thread, which hold twice the registers: at 640 threads an SM
 #: they spilled 344 bytes; at 512 (128 registers, 36 bytes of spills) the bf16 Mamba preset
 #: (32 threads a block, fast math) ran 14% faster than with 8 elements at 8 x 1536 x 16 x 8192
-#: and 32768 on an H100, where 384 or 320 (168 registers, no spills) ran no faster than 8
+#: and 32768 on an H100, where 384 or 320 (168 registers, no spills) ran no faster than 8.
+#: Since the two-lane loop (below) 8 and 16 elements run within 7% of each other there, the
+#: one or the other ahead by length
 LANE_LOOP_THREADS_PER_SM_16 = 512
 
 
@@ -233,8 +235,8 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     # on the GPU the lane loop carries the rows of the lane inputs of the lane it loads
     # next, starting from the first lane's (the next lane's are one add away, not a multiply)
-    _, ins0 = streams(ci(0))
-    rows0 = [q.row for q in ins0] if th.gpu else []
+    ins0 = streams(ci(0))[1] if th.gpu else []
+    rows0 = [q.row for q in ins0]
     nrows = len(rows0)
 
     def tile(tix: Value, pref: list[Value]) -> list[Value]:
