@@ -239,6 +239,10 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     rows0 = [q.row for q in ins0]
     nrows = len(rows0)
 
+    def at_rows(rows: Sequence[Value]) -> list[Stream]:
+        """The lane inputs' streams at these rows."""
+        return [Stream(q.array, r, q.last, q.loc) for q, r in zip(ins0, rows, strict=True)]
+
     def tile(tix: Value, pref: list[Value]) -> list[Value]:
         t0 = add_i(begin, mul_i(tix, ci(T)))
         t1 = min_i(end, add_i(t0, ci(T)))
@@ -257,10 +261,10 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
             npref = len(it) - nrows - nsums
             pref, rows, sums = it[:npref], it[npref:npref + nrows], it[npref + nrows:]
             s = add_i(mul_i(c, gen.N), n)
-            seq, ins = streams(n)
-            if rows:
-                ins = [Stream(q.array, r, q.last, q.loc)
-                       for q, r in zip(ins, rows, strict=True)]
+            if rows:   # the lane's streams at the rows carried to it (no row computed here)
+                seq, ins = gen.seq(c, n, gen.scan_params), at_rows(rows)
+            else:
+                seq, ins = streams(n)
 
             def slot(i: int) -> Value:
                 return add_i(mul_i(add_i(mul_i(s, ci(S)), ci(i)), nch), k)
@@ -290,9 +294,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 next_rows = [arith.select(last_lane, r0, add_i(r, gen.L))
                              for r, r0 in zip(rows, rows0, strict=True)]
                 b2 = arith.select(last_lane, add_i(t0, ci(T)), t0)
-                then = ([Stream(q.array, r, q.last, q.loc)
-                         for q, r in zip(ins, next_rows, strict=True)],
-                        b2, min_i(end, add_i(b2, ci(T))))
+                then = (at_rows(next_rows), b2, min_i(end, add_i(b2, ci(T))))
             # ragged_total: only the chunk's last tile ends inside a tile, and the state after
             # it (left in the carry slot) is read by no later tile
             out = block_scan(gen, th, E, stage, aggbuf, ins, gen.out_streams(seq), element,
