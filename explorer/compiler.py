@@ -188,14 +188,22 @@ def _outputs_choice(outputs: str | tuple[str, ...], rec: Recurrence, plan: Any) 
 
 
 def _wide_text(plan: Any) -> str:
-    """How the tile moves between memory and the stage (``scan.thread``'s vector_width)."""
+    """How the tile moves between memory and the threads (``scan.thread``'s vector_width and
+    layout)."""
     V = plan.vector_width
+    if getattr(plan, "layout", "staged") == "direct":
+        where = ("     layout direct: each thread loads its own consecutive elements into "
+                 "registers and stores its outputs from them, no stage (tile_layout='staged' "
+                 "goes through shared memory, a warp's accesses coalesced)\n")
+    else:
+        where = ("     layout staged: the tile goes through the block's shared-memory stage, "
+                 "a warp's accesses coalesced\n")
     if V <= 1:
-        return ("     the tile is loaded and stored one element an access (vector_width=1)\n")
-    return (f"     the tile is loaded and its outputs stored {V} consecutive elements a thread "
-            "at once (one vector access), where the rows and the tile start are aligned to "
-            f"{V} elements and the tile is whole; element by element otherwise "
-            "(vector_width=1 switches it off)\n")
+        return where + "     the tile is loaded and stored one element an access (vector_width=1)\n"
+    return where + (f"     the tile is loaded and its outputs stored {V} consecutive elements "
+                    "a thread at once (one vector access), where the rows and the tile start "
+                    f"are aligned to {V} elements and the tile is whole; element by element "
+                    "otherwise (vector_width=1 switches it off)\n")
 
 
 def _grid_text(plan: Any) -> str:

@@ -76,7 +76,7 @@ from explorer.codegen.lower_grid import (
     lane_loop_threads_per_sm,
     readout_block,
 )
-from explorer.codegen.lower_lookback import LOOKBACK_THREADS_PER_SM, lookback_block
+from explorer.codegen.lower_lookback import lookback_block, lookback_threads_per_sm
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
 from explorer.codegen.narrow import narrow_buffers
 from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
@@ -161,7 +161,9 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
                 time_chunk=None if role == "carry" else TIME_CHUNK,
                 launch_when_longer_than=None if role == "scan" else TIME_CHUNK,
                 launch_unless_longer_than=TIME_CHUNK if whole_only else None,
-                min_blocks_per_sm=(max(1, LOOKBACK_THREADS_PER_SM // bs) if role == "lookback"
+                min_blocks_per_sm=(max(1, lookback_threads_per_sm(
+                                       int(options.lookback_elements), options.tile_layout)
+                                       // bs) if role == "lookback"
                                    else max(1, lane_loop_threads_per_sm(
                                        options.elements_per_thread) // bs) if lane_loop
                                    else 0),
@@ -185,6 +187,7 @@ def options_for(options: Options, plan: Any) -> Options:
                    varlen=plan.segments,
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
                    reverse=reverse, grid=plan.grid.scheme, vector_width=plan.vector_width,
+                   tile_layout=plan.layout,
                    lookback_tiles=(plan.lookback.tiles_per_lane if plan.lookback is not None
                                    else options.lookback_tiles),
                    lookback_elements=(plan.lookback.elements if plan.lookback is not None

@@ -38,6 +38,7 @@ from explorer.codegen.threads import (
     select_element,
 )
 from explorer.codegen.tiles import (
+    direct_write,
     held_value,
     streams_aligned,
     tile_loads,
@@ -70,6 +71,12 @@ def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Elemen
         store(pad(i), combined(i))
         return []
     for_loop(ci(0), ci(th.bs - off), ci(1), body)
+
+
+def direct_tiles(gen: Gen, th: Threads) -> bool:
+    """Whether the block's threads load and store their tiles in the ``direct`` layout (the
+    plan's ``scan.thread {layout}``; on the GPU only)."""
+    return th.gpu and gen.options.tile_layout == "direct"
 
 
 def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Sequence[Value],
@@ -116,10 +123,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     of the block tree: after the Blelloch up-sweep, or the warp-shuffle tree (the look-back
     kernel publishes it there, for the blocks after it).
 
-    ``direct`` (GPU, no output streams, several tiles or ``then``): each thread loads its own
-    E consecutive positions of ``ins`` (:func:`tile_slots`), in vectors where it can, and builds
-    its elements from those registers: the tile never goes through the stage, and no barrier
-    waits for it (``prefetched`` and ``then`` loads in the same layout). ``extra_held``
+    ``direct`` (GPU, the plan's ``scan.thread {layout = "direct"}``): each thread loads its
+    own E consecutive positions of ``ins`` (:func:`tile_slots`), in vectors where it can, builds
+    its elements from those registers and stores its outputs at the same positions from
+    registers: the tile never goes through the stage, and no barrier waits for it
+    (``prefetched`` and ``then`` loads in the same layout). ``extra_held``
     (direct): the values of ``extra`` at the thread's positions, already read by the caller
     (``extra_held[k * len(extra) + i]``: buffer ``i`` at its ``k``-th position).
 
@@ -155,7 +163,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     V = gen.options.vector_elements
     VL = V if prefetched is None or direct else 1
     assert E % V == 0, "the plan's vector width divides the thread's elements"
-    assert not direct or (th.gpu and not outs and not single_tile), "direct: GPU, no outputs"
+    assert not direct or th.gpu, "direct: GPU"
     assert not extra_held or (direct and len(extra_held) == E * len(extra))
 
     def slots(tid: Value, W: int) -> list[Value]:
@@ -311,7 +319,10 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             before = agg_load(pad(arith.subi(arith.maxui(tid, ci(1)), ci(1))))
             return select_element(first, alg.identity(), before, alg)
 
-        # 5. each thread applies its prefix to its own elements; states out via the stage
+        # 5. each thread applies its prefix to its own elements; states out via the stage, or
+        # (direct) kept in registers for the thread's own stores
+        out_vals: list[list[Value]] = []
+
         def finish(tid: Value) -> None:
             assert outputs is not None or accumulate is not None
             h = alg.apply(prefix(tid), carry)
@@ -345,15 +356,23 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                             assert last_state is not None
                             last_state(t, h)
                         if_then(lt_i(t, end), store_last)
+                if direct:
+                    out_vals.append(o)
+                    continue
                 for q, v in enumerate(o):
                     memref.store(v, stage[q], [pad(p)])
         th.each(finish)
         # the barrier keeps the stage and the tree's shared slots from being overwritten (the
         # next tile or scan) before every thread has read them; a direct scan of one warp
-        # (the lane loop) keeps its tile and tree in registers and needs none
-        if not (direct and in_registers and bs <= WARP):
+        # (the lane loop) keeps its tile and tree in registers and needs none, nor does a
+        # direct block's only tile
+        if not (direct and (single_tile or (in_registers and bs <= WARP))):
             th.barrier()
         if not outs:
+            return alg.apply(total, carry) + nxt + kept_sums
+        if direct:
+            assert th.tid is not None
+            direct_write(outs, out_vals, t0, th.tid, E, VL, end)
             return alg.apply(total, carry) + nxt + kept_sums
 
         # A thread writes out the stage positions it loaded (slots(tid, VL)), wide or not: on

@@ -31,7 +31,7 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Gen, Seq, Stream
 from explorer.codegen.hoist import ChannelSplit
-from explorer.codegen.lower_block import block_scan
+from explorer.codegen.lower_block import block_scan, direct_tiles
 from explorer.codegen.options import Options
 from explorer.codegen.threads import (
     WARP,
@@ -97,7 +97,7 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
         return gen.leaf_from(seq, lambda name: vals[at[name]], t=t)
     if role == "reduce":
         agg = block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names), [], element,
-                         None, begin, end, [], "reduce")
+                         None, begin, end, [], "reduce", direct=direct_tiles(gen, th))
 
         def put() -> None:
             for e, v in enumerate(agg):
@@ -122,7 +122,7 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
         return gen.outputs_at(seq, h, lambda name: vals[at[name]])
     block_scan(gen, th, E, stage, aggbuf, gen.in_streams(seq, names), gen.out_streams(seq),
                element, outputs, begin, end, init, "inclusive",
-               last_state=gen.last_state_hook(seq))
+               last_state=gen.last_state_hook(seq), direct=direct_tiles(gen, th))
 
 
 #: resident threads per SM asked of ptxas for the lane-loop scan kernel (as blocks per SM):
@@ -225,9 +225,9 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     nterms = len(acc)
     nsums = nterms * E if in_registers else 0
-    # on the GPU, with no state streamed out, each thread loads its own consecutive positions
-    # of a lane's inputs into registers, in vectors (block_scan's ``direct``)
-    direct = th.gpu and not (gen.io.states or gen.scan_readouts)
+    # in the plan's direct layout (on the GPU; "auto" where no state is streamed out) each
+    # thread loads its own consecutive positions of a lane's inputs into registers, in vectors
+    direct = direct_tiles(gen, th)
     W = gen.options.vector_elements if direct else 1
     # the lanes' rows are aligned for their wide loads, checked once for all lanes and tiles
     aligned = (rows_aligned([gen.arrays[n] for n in lane_names], gen.L, begin, W)
@@ -315,13 +315,15 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 keep()
             return nxt[:npref] + next_rows + nxt[npref:]
         start = pref + rows0 + [cf(0.0)] * nsums
-        if th.gpu and bs <= WARP:
+        if th.gpu and bs <= WARP and gen.marks is None:
             # a block of one warp takes two lanes an iteration (the second where there is one):
             # the tile one lane loads for the next then lands in the registers the next one
             # reads, where a loop of one lane copies it there (a register move an element and
             # lane); measured on an H100 (Mamba preset, warp_shuffle, 32 threads, fast math,
             # L = 8192 and 32768): 3 to 5% less kernel time in fp32 and bf16. Larger blocks
-            # keep one lane: Blelloch's 256 threads spilled 244 bytes with two (24 with one)
+            # keep one lane: Blelloch's 256 threads spilled 244 bytes with two (24 with one).
+            # A packed batch (segment marks) keeps one lane too: with two its kernel spilled
+            # 272 bytes at 96 registers (none with one) and ran 1.6x slower (10.5 -> 16.5 ms)
             def two(m: Value, it: list[Value]) -> list[Value]:
                 n = mul_i(m, ci(2))
                 it = lane(n, it)

@@ -51,7 +51,7 @@ from explorer.codegen.emit import (
     mul_i,
 )
 from explorer.codegen.gen import Gen
-from explorer.codegen.lower_block import block_scan
+from explorer.codegen.lower_block import block_scan, direct_tiles
 from explorer.codegen.threads import WARP, Threads, if_then, min_i, padded, shuffle_element
 from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS
 
@@ -62,8 +62,21 @@ BACKOFF_NS = 100
 #: resident threads per SM asked of ptxas for the look-back kernel (as blocks per SM): the
 #: walk's registers (the flags and aggregates of several tiles a lane, in warp 0 only) would
 #: otherwise cap the whole kernel's occupancy (96 registers, 5 blocks of 128 threads an SM,
-#: against 64 and 8 for the scan alone); ptxas spills a little of the walk instead
-LOOKBACK_THREADS_PER_SM = 1024
+#: against 64 and 8 for the scan alone). At 1024 (56 registers, 9 blocks) ncu found its warps
+#: waiting at a block barrier half the time (the others wait there while warp 0 looks back)
+#: with DRAM at 76% of its peak: 1280 (48 registers, 10 blocks, no spills) measured 1.7% faster
+#: in fp32 and 3.5% in bf16 at 1 x 2^26 on an H100, 1536 (40 registers) spilled and was slower
+LOOKBACK_THREADS_PER_SM = 1280
+#: the same in the direct tile layout with 16 elements a thread, which holds its inputs in
+#: registers through the tree and the wait (at 1024 its 64 registers spilled 136 bytes)
+LOOKBACK_THREADS_PER_SM_DIRECT_16 = 640
+
+
+def lookback_threads_per_sm(elements: int, layout: str) -> int:
+    """Resident threads per SM asked of ptxas for the look-back kernel."""
+    if layout == "direct" and elements > 8:
+        return LOOKBACK_THREADS_PER_SM_DIRECT_16
+    return LOOKBACK_THREADS_PER_SM
 
 
 def _i64() -> IntegerType:
@@ -270,7 +283,7 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     block_scan(gen, th, int(gen.options.lookback_elements), stage, aggbuf,
                gen.in_streams(seq, names), gen.out_streams(seq), element, outputs, begin, end,
                h0, "inclusive", state_before, single_tile=True, on_total=announce,
-               last_state=gen.last_state_hook(seq))
+               last_state=gen.last_state_hook(seq), direct=direct_tiles(gen, th))
 
 
 def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,

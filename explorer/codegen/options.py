@@ -35,6 +35,12 @@ OUTPUTS = ("readouts", "states", "all")
 #: ``fast`` also approximates exp, log and division (nvcc's ``--use_fast_math``), ``none`` rounds
 #: every operation on its own
 FAST_MATH = ("contract", "fast", "none")
+#: how a tree plan's tile meets its threads on the GPU (``tile_layout=``, the plan's
+#: ``scan.thread {layout}``): ``staged`` through the block's shared-memory stage, V consecutive
+#: elements a thread at once so that a warp's accesses are coalesced; ``direct`` each thread
+#: loads and stores its own E consecutive positions from registers (no stage, no barrier for
+#: it); ``auto`` the plan's choice (:func:`explorer.passes.plan.tile_layout`)
+TILE_LAYOUTS = ("auto", "staged", "direct")
 
 # NVIDIA chips the NVPTX backend and ptxas 12/13 know, with the lowest PTX ISA version that
 # supports each: the PTX we write declares that version, so older drivers can still load it.
@@ -113,6 +119,8 @@ class Options:
     vector_width: int | str = "auto"
     #: one of FAST_MATH (see :mod:`explorer.passes.fastmath`)
     fast_math: str = "contract"
+    #: one of TILE_LAYOUTS
+    tile_layout: str = "auto"
 
     @property
     def vector_elements(self) -> int:
@@ -166,7 +174,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
              "reverse", "grid", "lookback_tiles", "lookback_elements", "outputs", "out_dtype",
-             "varlen", "vector_width", "fast_math"}
+             "varlen", "vector_width", "fast_math", "tile_layout"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -230,12 +238,22 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if fast_math not in FAST_MATH:
         raise OptionError(f"unknown fast_math {fast_math!r}; choose one of "
                           f"{', '.join(FAST_MATH)}")
+    tile_layout = options.get("tile_layout", defaults.tile_layout)
+    if tile_layout not in TILE_LAYOUTS:
+        raise OptionError(f"unknown tile_layout {tile_layout!r}; choose one of "
+                          f"{', '.join(TILE_LAYOUTS)}")
+    if tile_layout == "direct" and (target != "cuda" or strategy == "sequential"):
+        raise OptionError("tile_layout 'direct' is a layout of a tree plan's threads on the "
+                          "GPU (target 'cuda', strategy blelloch, kogge_stone or "
+                          "warp_shuffle); the CPU kernels and the sequential plan stage "
+                          "their tiles")
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
                    lookback_tiles=lookback_tiles, lookback_elements=lookback_elements,
                    outputs=outputs, out_dtype=out_dtype,
-                   varlen=varlen, vector_width=vector_width, fast_math=fast_math)
+                   varlen=varlen, vector_width=vector_width, fast_math=fast_math,
+                   tile_layout=tile_layout)
 
 
 def _outputs(value: object) -> str | tuple[str, ...]:

@@ -28,7 +28,7 @@ from mlir.ir import (
 
 from explorer.codegen.emit import add_i, ci, f32, mul_i
 from explorer.codegen.gen import Stream
-from explorer.codegen.threads import if_else, min_i
+from explorer.codegen.threads import if_else, if_then, min_i
 
 
 def _wide_index(s: Stream, p: Value, V: int) -> Value:
@@ -115,6 +115,38 @@ def tile_loads(streams: Sequence[Stream], tid: Value, t0: Value, last: Value, E:
     ok = arith.andi(whole, streams_aligned(streams, t0, W) if aligned is None else aligned)
     types = [VectorType.get([W], f32())] * (E // W * len(streams))
     return if_else(ok, types, wide, scalar)
+
+
+def direct_write(outs: Sequence[Stream], vals: Sequence[Sequence[Value]], t0: Value, tid: Value,
+                 E: int, V: int, end: Value) -> None:
+    """Store thread ``tid``'s outputs at its own E consecutive positions of the tile starting
+    at ``t0`` (the ``direct`` layout, :func:`tile_slots`): ``vals[k][q]`` is stream ``q``'s
+    value at its ``k``-th position. One ``vector.store`` of V elements per stream and group
+    where the thread's positions lie whole before ``end`` and every stream is aligned there;
+    element by element otherwise, positions past ``end`` not written."""
+    base = mul_i(tid, ci(E))
+
+    def scalar() -> list[Value]:
+        for k in range(E):
+            t = add_i(t0, add_i(base, ci(k)))
+
+            def put(t: Value = t, k: int = k) -> None:
+                for q, s in enumerate(outs):
+                    memref.store(vals[k][q], s.array, [s.at(t)])
+            if_then(arith.cmpi(arith.CmpIPredicate.slt, t, end), put)
+        return []
+    if V == 1:
+        scalar()
+        return
+
+    def wide() -> list[Value]:
+        for g in range(E // V):
+            p = add_i(t0, add_i(base, ci(g * V)))
+            for q, s in enumerate(outs):
+                wide_store(s, p, [vals[g * V + j][q] for j in range(V)])
+        return []
+    whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, add_i(base, ci(E))), end)
+    if_else(arith.andi(whole, streams_aligned(outs, t0, V)), [], wide, scalar)
 
 
 def rows_aligned(arrays: Sequence[Value], L: Value, begin: Value, V: int) -> Value:

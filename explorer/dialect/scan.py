@@ -33,7 +33,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "statement": ("target", "kind", "source"),
     "affine": ("form", "dim", "width", "components", "A", "b"),
     "readout": ("target", "expr", "lane_sum"),
-    "thread": ("elements", "vector_width"),
+    "thread": ("elements", "vector_width", "layout"),
     "block": ("threads", "tree"),
     "sweep": ("phase", "stride", "active"),
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),

@@ -6,7 +6,11 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   serially in registers (E - 1 combines); the tile reaches the block's stage (and the outputs
   leave it) V consecutive elements a thread at once, one vector access (``vector<4xf32>``: 16
   bytes), where the rows and the tile start are aligned to V elements and the tile is whole (a
-  check per tile; the scalar accesses otherwise); V = 1: one element an access;
+  check per tile; the scalar accesses otherwise); V = 1: one element an access. Its ``layout``
+  says how the tile meets the threads on the GPU: ``staged`` through the block's shared-memory
+  stage (thread ``tid`` moves positions ``(g B + tid) V + j``, a warp's accesses coalesced),
+  ``direct`` from registers (thread ``tid`` loads and stores its own E positions ``tid E + k``,
+  no stage and no barrier for it; see :func:`tile_layout`);
 * ``scan.block {threads = B, tree = ...}``: B threads, and the tree that scans their B aggregates
   in shared memory, spelled out as one ``scan.sweep {phase, stride, active}`` per level (a
   barrier after each): ``blelloch`` is an up-sweep (strides 1 .. B/2; the last level also sets
@@ -146,6 +150,7 @@ class Plan:
     lane_sum: LaneSum | None = None    # a vector state's readouts (scan.lane_sum)
     segments: bool = False             # packed variable-length sequences (scan.segments)
     vector_width: int = 1         # elements of one wide tile access (scan.thread; 1: scalar)
+    layout: str = "staged"        # how the tile meets the threads (scan.thread): staged | direct
 
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
@@ -258,11 +263,28 @@ def choose_plan(form: Any, options: Any) -> Plan:
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look)
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
-                    vector_width=o.vector_elements)
+                    vector_width=o.vector_elements,
+                    layout=tile_layout(form, o, stored, lane_sum))
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
                 lane_sum=lane_sum, segments=o.varlen)
+
+
+def tile_layout(form: Any, options: Any, stored: tuple[str, ...],
+                lane_sum: LaneSum | None) -> str:
+    """``tile_layout`` resolved (``scan.thread {layout}``). ``auto`` is ``direct`` for a tree
+    plan on the GPU whose kernels stream no output through the tile: the lane loop of a fused
+    lane sum that stores its readouts alone (and last states), where the stage would only hold
+    inputs; ``staged`` for the rest."""
+    if options.tile_layout != "auto":
+        return str(options.tile_layout)
+    if options.target != "cuda" or options.strategy not in TREES:
+        return "staged"
+    rec = form.recurrence
+    summed = lane_sum.readouts if lane_sum is not None and lane_sum.scheme == "lane-loop" else ()
+    streamed = [o for o in stored if o in rec.states or (o in rec.readouts and o not in summed)]
+    return "direct" if summed and not streamed else "staged"
 
 
 def write_plan(plan: Plan, readout_loc: Any = None) -> None:
@@ -272,7 +294,7 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
 
     if plan.tree in TREES:
         scan.create("thread", {"elements": plan.elements,
-                                 "vector_width": plan.vector_width})
+                                 "vector_width": plan.vector_width, "layout": plan.layout})
     else:
         scan.create("warp_tile", {"sequences": WARP, "steps": plan.tile_steps})
     scan.create("block", {"threads": plan.threads, "tree": plan.tree})
@@ -326,7 +348,8 @@ def plan_from_dict(raw: Any) -> Plan:
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
                 _lookback_from(raw.get("lookback")),
                 tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")),
-                bool(raw.get("segments", False)), int(raw.get("vector_width", 1)))
+                bool(raw.get("segments", False)), int(raw.get("vector_width", 1)),
+                str(raw.get("layout", "staged")))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -383,7 +406,8 @@ def read_plan(module_op: Any) -> Plan:
                 tile_steps=tile["steps"] if tile else 0,
                 lookback=_lookback_from(look), stored=tuple(store["outputs"]),
                 lane_sum=_lane_sum_from(lane_sum), segments=segments is not None,
-                vector_width=thread["vector_width"] if thread else 1)
+                vector_width=thread["vector_width"] if thread else 1,
+                layout=thread["layout"] if thread else "staged")
     _check_lookback(plan)
     _check_lane_sum(plan)
     _check_vector(plan)
@@ -402,6 +426,10 @@ def _check_vector(plan: Plan) -> None:
         raise ValueError(f"a wide access of {v!r} elements is not one the lowering implements "
                          f"for {plan.elements} elements a thread (a power of two up to "
                          f"{VECTOR_MAX} that divides them; 1 for a sequential plan)")
+    if plan.layout not in ("staged", "direct") or (
+            plan.layout == "direct" and plan.tree not in TREES):
+        raise ValueError(f"a tile layout {plan.layout!r} is not one the lowering implements "
+                         "(staged, or direct for a tree plan)")
 
 
 def _lane_sum_from(raw: Any) -> LaneSum | None:

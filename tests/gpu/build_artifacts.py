@@ -260,6 +260,21 @@ WIDE_VARIANTS = [
     ("selective-float32", "selective scan", "blelloch", {}),
     *((f"affine-{d}-e16", "affine scan", "blelloch", {"dtype": d, "elements_per_thread": 16})
       for d in ("float32", "bfloat16", "float16")),
+    # the direct tile layout (scan.thread {layout = "direct"}): every grid and tree, a tail,
+    # reverse time, 16-bit inputs and streamed states of the lane loop
+    *((f"affine-{d}-direct", "affine scan", "blelloch", {"dtype": d, "tile_layout": "direct"})
+      for d in ("float32", "bfloat16", "float16")),
+    ("affine-float32-direct-chunked", "affine scan", "blelloch",
+     {"grid": "chunked", "tile_layout": "direct"}),
+    ("affine-float32-direct-reverse", "affine scan", "warp_shuffle",
+     {"reverse": True, "tile_layout": "direct"}),
+    ("affine-float32-direct-kogge", "affine scan", "kogge_stone", {"tile_layout": "direct"}),
+    ("affine-bfloat16-direct-out32", "affine scan", "warp_shuffle",
+     {"dtype": "bfloat16", "out_dtype": "float32", "tile_layout": "direct"}),
+    ("affine-float32-direct-e16", "affine scan", "warp_shuffle",
+     {"elements_per_thread": 16, "tile_layout": "direct"}),
+    *((f"selective-float32-{lay}-all", "selective scan", "blelloch",
+       {"tile_layout": lay, "outputs": "all"}) for lay in ("direct", "staged")),
 ]
 
 

@@ -126,3 +126,31 @@ def test_other_recurrences_wide_and_scalar_agree(name: str, C: int, L: int) -> N
         assert bool(np.isfinite(cp.asnumpy(_f32(got_w[k]))).all()), f"{name}.{k}"
         apart = max_rel_error(_f32(got_w[k]), _f32(got_s[k]).astype(cp.float64), xp=cp)
         assert apart <= F32_APART, f"{name}.{k} C={C} L={L}: wide vs scalar {apart:.2e}"
+
+
+#: a direct-layout artifact and its staged twin (same plan but ``scan.thread {layout}``)
+DIRECT_TWINS = {n: n.replace("-direct", "") if WIDE.get(n.replace("-direct", "")) else
+                n.replace("-direct", "-staged")
+                for n in WIDE if "-direct" in n and not n.endswith("-v1")}
+
+
+@pytest.mark.parametrize("C,L", [(1, 1), (3, 1000), (2, 4099), (1, 2**20 + 7), (300, 2048)])
+@pytest.mark.parametrize("name", sorted(DIRECT_TWINS))
+def test_direct_and_staged_layouts_agree(name: str, C: int, L: int) -> None:
+    """The same plan with its tiles moved by each thread from registers (direct) and through
+    the stage: every output agrees (float32 rounding, or the 16-bit output's unit roundoff)."""
+    twin = DIRECT_TWINS[name]
+    if twin not in WIDE:
+        pytest.skip(f"no staged twin {twin}")
+    direct, staged = _kernel(name), _kernel(twin)
+    assert WIDE[name]["options"]["tile_layout"] == "direct"
+    arrays = random_inputs(direct, C, L, N=4, seed=C + L)
+    got_d, got_s = direct(**arrays), staged(**arrays)
+    got_d = got_d if isinstance(got_d, dict) else {"out": got_d}
+    got_s = got_s if isinstance(got_s, dict) else {"out": got_s}
+    assert got_d.keys() == got_s.keys()
+    tol = max(F32_APART, tolerance(direct.narrow.get("h", "float32")))
+    for k in got_d:
+        assert bool(np.isfinite(cp.asnumpy(_f32(got_d[k]))).all()), f"{name}.{k}"
+        apart = max_rel_error(_f32(got_d[k]), _f32(got_s[k]).astype(cp.float64), xp=cp)
+        assert apart <= tol, f"{name}.{k} C={C} L={L}: direct vs staged {apart:.2e}"

@@ -2,7 +2,7 @@
 // root), down-sweep strides 8..1, then the chunked grid scheme.
 // RUN: scan-plan  recurrence="h[t] = a[t] * h[t-1] + b[t]" strategy=blelloch block_size=32 elements_per_thread=4 chunk_tiles=2 grid=chunked
 // CHECK: "scan.affine"()
-// CHECK-NEXT: "scan.thread"() {elements = 4 : i64, vector_width = 4 : i64}
+// CHECK-NEXT: "scan.thread"() {elements = 4 : i64, layout = "staged", vector_width = 4 : i64}
 // CHECK-NEXT: "scan.block"() {threads = 32 : i64, tree = "blelloch"}
 // CHECK-NEXT: "scan.sweep"() {active = 16 : i64, phase = "up", stride = 1 : i64}
 // CHECK-NEXT: "scan.sweep"() {active = 8 : i64, phase = "up", stride = 2 : i64}

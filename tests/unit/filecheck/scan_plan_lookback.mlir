@@ -3,7 +3,7 @@
 // look-back kernel composes twice the plain kernel's elements a thread (lookback_elements
 // "auto"): its tile is 64 threads x 16 elements, while whole sequences keep 8 a thread.
 // RUN: scan-plan  recurrence="h[t] = a[t] * h[t-1] + b[t]" strategy=kogge_stone block_size=64 elements_per_thread=8 grid=lookback
-// CHECK: "scan.thread"() {elements = 8 : i64, vector_width = 4 : i64}
+// CHECK: "scan.thread"() {elements = 8 : i64, layout = "staged", vector_width = 4 : i64}
 // CHECK-NEXT: "scan.block"() {threads = 64 : i64, tree = "kogge_stone"}
 // CHECK-COUNT-6: "scan.sweep"() {{{.*}}phase = "scan"
 // CHECK-NEXT: "scan.grid"() {direction = "forward", fill = {{.*}}, min_tiles = 1 : i64, scheme = "lookback", tile = 1024 : i64, unchunked_from = 1.000000e-01 : f64}
