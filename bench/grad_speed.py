@@ -8,6 +8,7 @@ Where the GPU machine has no MLIR, compile here and run there (compiles do not d
 
     python bench/grad_speed.py --build .artifacts/grad        # here: forward + adjoint records
     python bench/grad_speed.py --records .artifacts/grad      # GPU: numpy, sympy, cupy, torch
+    python bench/grad_speed.py --records .artifacts/grad --mamba-src ~/mamba   # + mamba-ssm
 
 For the affine scan ``h[t] = a[t] * h[t-1] + b[t]`` and the Mamba selective scan (preset), the
 backward of ``compile(text).torch()`` is compared with torch autograd through torch's
@@ -20,7 +21,13 @@ backward of ``compile(text).torch()`` is compared with torch autograd through to
   with ``--warp`` also ``accelerated-scan-warp`` (its CUDA warp kernels, built on first import);
 - with ``--compile`` (slow to set up: inductor compiles each shape): ``ours+compile``, the same
   op inside ``torch.compile``, and ``torch-assoc``, ``torch-assoc-generic``: autograd through
-  ``associative_scan`` under ``torch.compile``, ``combine_mode="pointwise"`` and ``"generic"``.
+  ``associative_scan`` under ``torch.compile``, ``combine_mode="pointwise"`` and ``"generic"``;
+- with ``--mamba-src CHECKOUT`` (a ``state-spaces/mamba`` checkout), for the selective scan:
+  ``mamba-ssm``, its CUDA forward and backward (``selective_scan_cuda.fwd``/``bwd``) built from
+  ``csrc/selective_scan`` at benchmark time with torch's extension builder, float32 and sm_90
+  only (the binding's dtype dispatch cut to float32 in the build folder; about 90 s on 16
+  cores), called through an autograd function as mamba-ssm's ``SelectiveScanFn`` does (no z,
+  no delta bias, no softplus: the preset).
 
 A method whose setup (compiles included) outlasts ``--setup-limit`` seconds is skipped.
 
@@ -130,10 +137,11 @@ class Problem:
     bytes_moved: int
 
     def __init__(self, device: str, target: str, compile_backend: str | None,
-                 records: Path | None = None, warp: bool = False) -> None:
+                 records: Path | None = None, warp: bool = False, mamba: Any = None) -> None:
         self.device, self.target, self.compile_backend = device, target, compile_backend
         self.records = records
         self.warp = warp
+        self.mamba = mamba
         self.peers: dict[str, Callable[[], Callable[[Any, Any], Any]]] = {}
 
     def op(self) -> Any:
@@ -200,7 +208,14 @@ class Problem:
         methods = {"ours": ours, "ours+compile": ours_compiled}
         methods.update({name: baseline(scan) for name, scan in self.scans.items()})
         methods.update({name: peer(make) for name, make in self.peers.items()})
+        def fused(forward: Callable[[dict[str, Any]], Any]) -> Callable[[], tuple[Any, Any]]:
+            return lambda: backward_of(forward)
+        methods.update({name: fused(f) for name, f in self.fused().items()})
         return methods
+
+    def fused(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        """Peers that take all the inputs at once (a forward of the whole recurrence)."""
+        return {}
 
     def check(self, grads: dict[str, Any]) -> float:
         """max relative error of some gradients against a float64 loop over a few channels."""
@@ -309,6 +324,14 @@ class SelectiveProblem(Problem):
     def ours_forward(self, op: Any, xs: dict[str, Any]) -> Any:
         return op(**xs)["y"]
 
+    def fused(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        """mamba-ssm's CUDA forward and backward (``--mamba-src``), float32."""
+        if self.mamba is None:
+            return {}
+        fn = _mamba_function(self.mamba)
+        return {"mamba-ssm": lambda xs: fn.apply(xs["x"], xs["dt"], xs["A"], xs["B"], xs["C"],
+                                                 xs["D"])}
+
     def baseline_forward(self, xs: dict[str, Any], scan: Callable[[Any, Any], Any]) -> Any:
         import torch
 
@@ -341,6 +364,31 @@ class SelectiveProblem(Problem):
             ys.append((v["C"][:, None, :, t] * h).sum(-1) + v["D"] * x[..., 0])
         (torch.stack(ys, -1) * g[:, :2].double().cpu()).sum().backward()
         return v
+
+
+def _mamba_function(module: Any) -> Any:
+    """An autograd function over mamba-ssm's ``fwd`` and ``bwd`` (its own ``SelectiveScanFn``
+    does the same; that module imports packages the GPU machine lacks): no z, no delta bias,
+    no softplus, as the preset; the states it saves (``x``, one per 2048 steps) go to
+    the backward."""
+    import torch
+
+    class MambaScan(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any) -> Any:
+            out, x, *_ = module.fwd(u, delta, A, B, C, D, None, None, False)
+            ctx.save_for_backward(u, delta, A, B, C, D, x)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, dout: Any) -> Any:
+            u, delta, A, B, C, D, x = ctx.saved_tensors
+            du, ddelta, dA, dB, dC, dD, *_ = module.bwd(
+                u, delta, A, B, C, D, None, None, dout.contiguous(), x, None, None, False,
+                False)
+            return du, ddelta, dA, dB, dC, dD
+
+    return MambaScan
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -535,6 +583,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--build", type=Path, help="compile the ops (needs MLIR) into this folder")
     ap.add_argument("--records", type=Path, help="run the ops compiled by --build")
+    ap.add_argument("--mamba-src", type=Path,
+                    help="a state-spaces/mamba checkout: build its CUDA selective scan "
+                         "(forward and backward, float32, sm_90) and time its backward")
+    ap.add_argument("--mamba-build", type=Path, default=Path("/tmp/mamba-ssm-grad"),
+                    help="build folder for --mamba-src")
     args = ap.parse_args(argv)
     if args.build:
         build(args.build)
@@ -569,6 +622,12 @@ def main(argv: list[str] | None = None) -> int:
         SELECTIVE_SIZES if cuda else DRY_SELECTIVE)
     if cuda:
         print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if cuda and args.mamba_src is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from mamba_speed import build_mamba_grad
+
+        kw["mamba"], secs, what = build_mamba_grad(args.mamba_src, args.mamba_build)
+        print(f"mamba-ssm built in {secs:.1f} s from {what}")
     records, failed = [], False
     problems: list[Callable[[], Problem]] = [
         *(lambda s=s: AffineProblem(s, **kw) for s in affine),

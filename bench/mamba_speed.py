@@ -132,28 +132,82 @@ def _forward_only_source(cpp: str) -> str:
             '    m.def("fwd", &selective_scan_fwd, "Selective scan forward");\n}\n')
 
 
-def build_mamba(src: Path, build_dir: Path) -> tuple[Any, float, str]:
-    """Build mamba-ssm's selective-scan forward for sm_90; (module, seconds, what was built)."""
+#: our own dispatch for a float32-only build: the binding's macros are redefined to take float32
+#: inputs and weights alone (other dtypes are refused with an error), so that only the float32
+#: kernels are compiled and linked
+_FP32_DISPATCH = """
+#undef DISPATCH_ITYPE_FLOAT_AND_HALF_AND_BF16
+#undef DISPATCH_WTYPE_FLOAT_AND_COMPLEX
+#define DISPATCH_ITYPE_FLOAT_AND_HALF_AND_BF16(ITYPE, NAME, ...) \\
+    { TORCH_CHECK(ITYPE == at::ScalarType::Float, NAME, ": built for float32 only"); \\
+      using input_t = float; __VA_ARGS__(); }
+#define DISPATCH_WTYPE_FLOAT_AND_COMPLEX(WTYPE, NAME, ...) \\
+    { TORCH_CHECK(WTYPE == at::ScalarType::Float, NAME, ": built for float32 only"); \\
+      using weight_t = float; __VA_ARGS__(); }
+"""
+
+
+def _fp32_source(cpp: str) -> str:
+    """mamba-ssm's binding with its dtype dispatch cut to float32 (:data:`_FP32_DISPATCH`
+    inserted before the kernels' declarations)."""
+    anchor = "template<typename input_t, typename weight_t>\nvoid selective_scan_fwd_cuda"
+    if anchor not in cpp or "selective_scan_bwd(" not in cpp:
+        raise RuntimeError("selective_scan.cpp: no selective_scan_fwd_cuda declaration or no "
+                           "selective_scan_bwd (another layout of mamba-ssm's sources)")
+    return cpp.replace(anchor, _FP32_DISPATCH + anchor, 1)
+
+
+def build_mamba_grad(src: Path, build_dir: Path) -> tuple[Any, float, str]:
+    """Build mamba-ssm's selective-scan forward and backward, float32 only, for sm_90;
+    (module with ``fwd`` and ``bwd``, seconds, what was built)."""
     from torch.utils.cpp_extension import load
 
+    csrc = _csrc(src)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    binding = build_dir / "selective_scan_fp32.cpp"
+    binding.write_text(_fp32_source((csrc / "selective_scan.cpp").read_text()))
+    sources = [str(binding), str(csrc / "selective_scan_fwd_fp32.cu"),
+               str(csrc / "selective_scan_bwd_fp32_real.cu")]
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
+    t0 = time.perf_counter()
+    module = load(name="selective_scan_fp32", sources=sources,
+                  extra_cflags=["-O3", "-std=c++17"], extra_cuda_cflags=NVCC_FLAGS,
+                  extra_include_paths=[str(csrc)], build_directory=str(build_dir),
+                  verbose=False)
+    return module, time.perf_counter() - t0, f"{csrc} (forward and backward, fp32, sm_90)"
+
+
+def _csrc(src: Path) -> Path:
     csrc = src / "csrc" / "selective_scan"
     if not (csrc / "selective_scan.cpp").is_file():
         raise FileNotFoundError(f"{csrc}/selective_scan.cpp not found (--mamba-src is the "
                                 "root of a state-spaces/mamba checkout)")
+    return csrc
+
+
+#: nvcc flags of mamba-ssm's own setup.py for its CUDA scan, for sm_90 only
+NVCC_FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__",
+              "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+              "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT162_OPERATORS__",
+              "-U__CUDA_NO_BFLOAT162_CONVERSIONS__", "--expt-relaxed-constexpr",
+              "--expt-extended-lambda", "--use_fast_math", "-gencode",
+              "arch=compute_90,code=sm_90", "--threads", "4"]
+
+
+def build_mamba(src: Path, build_dir: Path) -> tuple[Any, float, str]:
+    """Build mamba-ssm's selective-scan forward for sm_90; (module, seconds, what was built)."""
+    from torch.utils.cpp_extension import load
+
+    csrc = _csrc(src)
     build_dir.mkdir(parents=True, exist_ok=True)
     binding = build_dir / "selective_scan_fwd_only.cpp"
     binding.write_text(_forward_only_source((csrc / "selective_scan.cpp").read_text()))
     sources = [str(binding)] + [str(csrc / f"selective_scan_fwd_{t}.cu")
                                 for t in ("fp32", "fp16", "bf16")]
-    nvcc = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-            "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-            "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
-            "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math",
-            "-gencode", "arch=compute_90,code=sm_90", "--threads", "4"]
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
     t0 = time.perf_counter()
     module = load(name="selective_scan_fwd_only", sources=sources,
-                  extra_cflags=["-O3", "-std=c++17"], extra_cuda_cflags=nvcc,
+                  extra_cflags=["-O3", "-std=c++17"], extra_cuda_cflags=NVCC_FLAGS,
                   extra_include_paths=[str(csrc)], build_directory=str(build_dir),
                   verbose=False)
     return module, time.perf_counter() - t0, f"{csrc} (forward, fp32/fp16/bf16, sm_90)"

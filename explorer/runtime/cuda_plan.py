@@ -81,7 +81,9 @@ class _Layout:
     def pointer(self, x: Any, keep: list[Any]) -> int:
         if self.direct:
             return x.data_ptr()
-        y = x.reshape(self.full).expand(self.target).contiguous().view(self.flat)
+        # the batch axes it lacks are leading (``full``): expand adds them, and the contiguous
+        # copy is laid out as ``flat`` (two torch calls a tensor, not four: host time a call)
+        y = x.expand(self.target).contiguous()
         keep.append(y)
         return y.data_ptr()
 

@@ -38,6 +38,25 @@ def test_the_cut_keeps_the_forward_and_binds_it_alone():
     assert 'm.def("fwd"' in cut and 'm.def("bwd"' not in cut
 
 
+FP32_BINDING = BINDING.replace(
+    "void selective_scan_fwd_cuda",
+    "#define DISPATCH_ITYPE_FLOAT_AND_HALF_AND_BF16(ITYPE, NAME, ...) half_too\n"
+    "#define DISPATCH_WTYPE_FLOAT_AND_COMPLEX(WTYPE, NAME, ...) complex_too\n"
+    "template<typename input_t, typename weight_t>\nvoid selective_scan_fwd_cuda")
+
+
+def test_the_float32_cut_redefines_the_dispatch_before_the_kernels_are_declared():
+    cut = mamba_speed._fp32_source(FP32_BINDING)
+    # the binding keeps both entry points; its dispatch macros now take float32 alone
+    assert 'm.def("fwd"' in cut and 'm.def("bwd"' in cut
+    ours = cut.index("#undef DISPATCH_ITYPE_FLOAT_AND_HALF_AND_BF16")
+    assert cut.index("half_too") < ours < cut.index("void selective_scan_fwd_cuda")
+    assert "using input_t = float;" in cut and "using weight_t = float;" in cut
+    assert cut.count("built for float32 only") == 2
+    with pytest.raises(RuntimeError, match="another layout"):
+        mamba_speed._fp32_source(BINDING)   # no templated kernel declaration to anchor on
+
+
 def test_another_layout_is_refused():
     with pytest.raises(RuntimeError, match="another layout"):
         mamba_speed._forward_only_source(BINDING.replace("selective_scan_bwd(", "bwd_entry("))
