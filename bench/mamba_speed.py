@@ -160,21 +160,9 @@ def _fp32_source(cpp: str) -> str:
 def build_mamba_grad(src: Path, build_dir: Path) -> tuple[Any, float, str]:
     """Build mamba-ssm's selective-scan forward and backward, float32 only, for sm_90;
     (module with ``fwd`` and ``bwd``, seconds, what was built)."""
-    from torch.utils.cpp_extension import load
-
-    csrc = _csrc(src)
-    build_dir.mkdir(parents=True, exist_ok=True)
-    binding = build_dir / "selective_scan_fp32.cpp"
-    binding.write_text(_fp32_source((csrc / "selective_scan.cpp").read_text()))
-    sources = [str(binding), str(csrc / "selective_scan_fwd_fp32.cu"),
-               str(csrc / "selective_scan_bwd_fp32_real.cu")]
-    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
-    t0 = time.perf_counter()
-    module = load(name="selective_scan_fp32", sources=sources,
-                  extra_cflags=["-O3", "-std=c++17"], extra_cuda_cflags=NVCC_FLAGS,
-                  extra_include_paths=[str(csrc)], build_directory=str(build_dir),
-                  verbose=False)
-    return module, time.perf_counter() - t0, f"{csrc} (forward and backward, fp32, sm_90)"
+    return _build(src, build_dir, "selective_scan_fp32", _fp32_source,
+                  ["selective_scan_fwd_fp32.cu", "selective_scan_bwd_fp32_real.cu"],
+                  "forward and backward, fp32, sm_90")
 
 
 def _csrc(src: Path) -> Path:
@@ -196,21 +184,28 @@ NVCC_FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__",
 
 def build_mamba(src: Path, build_dir: Path) -> tuple[Any, float, str]:
     """Build mamba-ssm's selective-scan forward for sm_90; (module, seconds, what was built)."""
+    return _build(src, build_dir, "selective_scan_fwd_only", _forward_only_source,
+                  [f"selective_scan_fwd_{t}.cu" for t in ("fp32", "fp16", "bf16")],
+                  "forward, fp32/fp16/bf16, sm_90")
+
+
+def _build(src: Path, build_dir: Path, name: str, cut: Callable[[str], str],
+           kernels: list[str], what: str) -> tuple[Any, float, str]:
+    """Build ``name`` with torch's extension builder from mamba-ssm's binding, rewritten by
+    ``cut`` into the build folder, and its ``kernels`` (files of ``csrc/selective_scan``)."""
     from torch.utils.cpp_extension import load
 
     csrc = _csrc(src)
     build_dir.mkdir(parents=True, exist_ok=True)
-    binding = build_dir / "selective_scan_fwd_only.cpp"
-    binding.write_text(_forward_only_source((csrc / "selective_scan.cpp").read_text()))
-    sources = [str(binding)] + [str(csrc / f"selective_scan_fwd_{t}.cu")
-                                for t in ("fp32", "fp16", "bf16")]
+    binding = build_dir / f"{name}.cpp"
+    binding.write_text(cut((csrc / "selective_scan.cpp").read_text()))
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
     t0 = time.perf_counter()
-    module = load(name="selective_scan_fwd_only", sources=sources,
+    module = load(name=name, sources=[str(binding)] + [str(csrc / k) for k in kernels],
                   extra_cflags=["-O3", "-std=c++17"], extra_cuda_cflags=NVCC_FLAGS,
                   extra_include_paths=[str(csrc)], build_directory=str(build_dir),
                   verbose=False)
-    return module, time.perf_counter() - t0, f"{csrc} (forward, fp32/fp16/bf16, sm_90)"
+    return module, time.perf_counter() - t0, f"{csrc} ({what})"
 
 
 def mamba_ref(src: Path) -> Callable[..., Any]:
