@@ -117,11 +117,14 @@ def _error_html(err: BaseException) -> str:
 
 #: the compile options the options row has a control for
 CONTROLLED = frozenset({"target", "strategy", "block_size", "elements_per_thread", "chip",
-                        "dtype", "reverse", "grid", "outputs", "fast_math"})
+                        "dtype", "reverse", "grid", "outputs", "fast_math", "tile_layout"})
 #: the fast-math box: (label, value of the option ``fast_math``)
 FAST_MATH_CHOICES = (("FMA contraction (nvcc's default)", "contract"),
                      ("fast: approximate exp, log, division", "fast"),
                      ("none: every operation rounded", "none"))
+#: the tiles box: (label, value of the option ``tile_layout``)
+TILE_LAYOUT_CHOICES = (("auto", "auto"), ("staged (shared memory)", "staged"),
+                       ("direct (registers)", "direct"))
 
 
 def _kept_html(kept: dict[str, Any]) -> str:
@@ -160,7 +163,7 @@ class Explorer(widgets.VBox):
                  elements_per_thread: int | None = None, chip: str = "sm_90",
                  dtype: str = "float32", reverse: bool = False, grid: str | None = None,
                  outputs: str | tuple[str, ...] | None = None,
-                 fast_math: str | None = None) -> None:
+                 fast_math: str | None = None, tile_layout: str | None = None) -> None:
         from explorer.codegen.options import GRIDS, Options, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
@@ -178,6 +181,7 @@ class Explorer(widgets.VBox):
             grid = opts.get("grid", "chunked")
             outputs = opts.get("outputs", "readouts")
             fast_math = opts.get("fast_math", "contract")
+            tile_layout = opts.get("tile_layout", "auto")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         #: options of a given record that no control sets (``varlen``, ``out_dtype``,
@@ -193,6 +197,8 @@ class Explorer(widgets.VBox):
             outputs = defaults.outputs
         if fast_math is None:
             fast_math = defaults.fast_math
+        if tile_layout is None:
+            tile_layout = defaults.tile_layout
         if block_size is None:
             block_size = defaults.block_size
         if elements_per_thread is None:
@@ -203,7 +209,7 @@ class Explorer(widgets.VBox):
         outputs = validate(strategy, target, block_size=block_size,
                            elements_per_thread=elements_per_thread, chip=chip, dtype=dtype,
                            reverse=reverse, grid=grid, outputs=outputs,
-                           fast_math=fast_math).outputs
+                           fast_math=fast_math, tile_layout=tile_layout).outputs
         if isinstance(recurrence, Recurrence):
             recurrence = recurrence.text
         if not isinstance(recurrence, str):
@@ -277,6 +283,14 @@ class Explorer(widgets.VBox):
             tooltip="fastmath flags on the float ops (pass scan-fastmath): FMA contraction, "
                     "approximate exp/log/division, or neither")
         self.fast_math.add_class("sw-fast-math")
+        # how a tree plan's tiles meet its threads on the GPU (scan.thread {layout})
+        self.tile_layout = widgets.Dropdown(
+            options=list(TILE_LAYOUT_CHOICES), value=tile_layout, description="tiles",
+            layout=widgets.Layout(width="240px"), style=style,
+            disabled=strategy == "sequential" or target != "cuda",
+            tooltip="how a tile reaches the threads on the GPU (scan.thread {layout}): through "
+                    "the shared-memory stage, or each thread's own elements in registers")
+        self.tile_layout.add_class("sw-tile-layout")
         if len(dtypes) == 1:
             self.dtype.disabled = True
             self.dtype.tooltip = f"the compiler generates {dtypes[0]} kernels"
@@ -312,7 +326,7 @@ class Explorer(widgets.VBox):
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
                           self.elements_per_thread, self.grid, self.outputs, self.dtype,
-                          self.fast_math, self.chip, self.reverse],
+                          self.fast_math, self.tile_layout, self.chip, self.reverse],
                          layout=widgets.Layout(flex_flow="row wrap")),
             self.kept,
             self.times.widget,
@@ -324,8 +338,8 @@ class Explorer(widgets.VBox):
         self.text.observe(lambda _c: self.recompile(), names="value")
         self.compile_button.on_click(lambda _b: self.recompile())
         for control in (self.target, self.strategy, self.block_size, self.elements_per_thread,
-                        self.grid, self.outputs, self.dtype, self.fast_math, self.chip,
-                        self.reverse):
+                        self.grid, self.outputs, self.dtype, self.fast_math, self.tile_layout,
+                        self.chip, self.reverse):
             control.observe(lambda _c: self.recompile(), names="value")
         self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
         if given is not None:
@@ -347,6 +361,8 @@ class Explorer(widgets.VBox):
             "grid": self.grid.value,
             "outputs": self.outputs.value,
             "fast_math": self.fast_math.value,
+            # the direct layout is a GPU tree plan's: elsewhere the box is off, its value kept
+            "tile_layout": "auto" if self.tile_layout.disabled else self.tile_layout.value,
             **self.kept_options,
         }
 
@@ -360,6 +376,8 @@ class Explorer(widgets.VBox):
 
         # the sequential plan has no grid of blocks to choose
         self.grid.disabled = self.strategy.value == "sequential"
+        self.tile_layout.disabled = (self.strategy.value == "sequential"
+                                     or self.target.value != "cuda")
         self.status.value = "<i>compiling…</i>"
         start = time.perf_counter()
         try:

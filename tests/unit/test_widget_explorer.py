@@ -627,3 +627,28 @@ def test_the_fast_math_box_reaches_the_compile_and_its_pass_shows_the_flags() ->
     # a record compiled with a choice shows it in the box
     assert Explorer(ex.compile(SELECTIVE, target="cpu", fast_math="fast")).fast_math.value \
         == "fast"
+
+
+def test_the_tiles_box_reaches_the_compile_and_the_plan_shows_the_layout() -> None:
+    """The tiles box sets ``tile_layout`` on the GPU target (``scan.thread {layout}`` in the
+    plan's IR); on the CPU target it is off and the compile takes ``auto``."""
+    from explorer.codegen.options import validate
+
+    widget = Explorer(AFFINE, target="cuda")
+    assert widget.error is None, widget.error_box.value
+    assert [v for _, v in widget.tile_layout.options] == ["auto", "staged", "direct"]
+    for _, value in widget.tile_layout.options:
+        validate("blelloch", tile_layout=value)
+    assert not widget.tile_layout.disabled
+    assert 'layout = "staged"' in widget.compiled.stages["scan-plan"].text
+    widget.tile_layout.value = "direct"
+    assert widget.error is None, widget.error_box.value
+    assert widget.compiled.options["tile_layout"] == "direct"
+    assert 'layout = "direct"' in widget.compiled.stages["scan-plan"].text
+    widget.target.value = "cpu"      # no direct layout on the host: the box is off
+    assert widget.tile_layout.disabled and widget.error is None, widget.error_box.value
+    assert widget.options()["tile_layout"] == "auto"
+    assert 'layout = "staged"' in widget.compiled.stages["scan-plan"].text
+    # a record compiled with a choice shows it in the box
+    shown = Explorer(ex.compile(AFFINE, tile_layout="direct"))
+    assert shown.tile_layout.value == "direct" and shown.kept_options == {}
