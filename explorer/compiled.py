@@ -68,6 +68,8 @@ class Compiled:
     scan_plan: Any = None
     _device: str | None = field(default=None, repr=False)
     _runners: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: the typed contract, parsed from ``kernels`` on first use (a call reads it every time)
+    _contract: tuple[Any, ...] | None = field(default=None, repr=False)
 
     # -- views ---------------------------------------------------------------------------------
     def term_lines(self) -> dict[str, dict[str, list[int]]]:
@@ -115,7 +117,9 @@ class Compiled:
         kernel, in launch order): what every launcher reads."""
         from explorer.runtime.contract import DEFAULT_PTX, parse_kernels
 
-        return parse_kernels([dict(k, ptx=DEFAULT_PTX) for k in self.kernels])
+        if self._contract is None:
+            self._contract = parse_kernels([dict(k, ptx=DEFAULT_PTX) for k in self.kernels])
+        return self._contract
 
     @property
     def outputs(self) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ again does not recompile it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import threading
 from collections import OrderedDict
@@ -53,11 +54,18 @@ _LOCK = threading.Lock()
 CPU_MACHINE = Machine(sms=32, blocks_per_sm=4)
 
 
+@functools.lru_cache(maxsize=_ENGINE_LIMIT)
+def _engine_key(text: str, opt_level: int) -> str:
+    """The engine cache's key of a module (hashed once per module text: a call on the same
+    text object finds it by identity)."""
+    return hashlib.sha256(f"{opt_level}\0{text}".encode()).hexdigest()
+
+
 def _engine(text: str, entry: str | None, opt_level: int) -> tuple[Any, str]:
     from mlir.execution_engine import ExecutionEngine
     from mlir.ir import Context, Location, Module
 
-    key = hashlib.sha256(f"{opt_level}\0{text}".encode()).hexdigest()
+    key = _engine_key(text, opt_level)
     with _LOCK:
         hit = _ENGINES.get(key)
         if hit is not None:
@@ -153,11 +161,29 @@ def _divisor(name: str, row_div: Mapping[str, int], C: int) -> int:
     return div
 
 
+class _FlatMemRef(ctypes.Structure):
+    """The descriptor of a 1-d memref (MLIR's ABI: allocated and aligned pointers, offset, one
+    size and one stride in elements); the element type does not enter it."""
+
+    _fields_ = [("allocated", ctypes.c_longlong), ("aligned", ctypes.c_void_p),
+                ("offset", ctypes.c_longlong), ("shape", ctypes.c_longlong * 1),
+                ("strides", ctypes.c_longlong * 1)]
+
+
+def _flat_descriptor(flat: np.ndarray) -> _FlatMemRef:
+    """The memref descriptor of a contiguous 1-d array (no copy: it points at the data)."""
+    assert flat.ndim == 1 and flat.flags.c_contiguous
+    desc = _FlatMemRef()
+    desc.allocated = desc.aligned = flat.ctypes.data
+    desc.offset = 0
+    desc.shape[0] = flat.shape[0]
+    desc.strides[0] = 1
+    return desc
+
+
 def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
           sizes: Mapping[str, int], row_div: Mapping[str, int], sequences: int = 1
           ) -> tuple[list[Any], list[Any], dict[str, np.ndarray]]:
-    from mlir.runtime import get_ranked_memref_descriptor
-
     unknown = sorted(set(row_div) - {a.name for a in args if a.role == "rowmap"})
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: the kernels read no row divisor for them "
@@ -203,7 +229,7 @@ def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
             if arr.size != int(np.prod(shape)):
                 raise ValueError(f"{name} has {arr.size} elements, expected shape {shape}")
         flat = arr.reshape(-1)
-        desc = get_ranked_memref_descriptor(flat)
+        desc = _flat_descriptor(flat)
         keep += [arr, flat, desc]
         packed.append(ctypes.pointer(ctypes.pointer(desc)))
     return keep, packed, outputs

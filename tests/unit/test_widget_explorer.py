@@ -256,6 +256,7 @@ def test_hiding_unchanged_passes(widget: Explorer) -> None:
 
 def test_rendered_passes_are_cached(widget: Explorer) -> None:
     view = widget.mlir
+    widget.tabs.selected_index = widget.TAB_TITLES.index("MLIR")   # the view draws when shown
     first = view.rendered(0, "ir")
     assert view.rendered(0, "ir") is first
     view.select(0)
