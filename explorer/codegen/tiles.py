@@ -8,9 +8,10 @@ and group where every stream's row and the tile start are aligned to V elements 
 lies whole in the range, by scalar loads of the same positions otherwise (a check per tile);
 the stage is indexed by position, so the rest of the block does not see which thread loaded
 what. The outputs leave the stage the same way (``vector.store``), or element by element.
-A scan that streams no output (the lane loop's fused readout) may skip the stage instead: each
-thread loads its own E consecutive positions, ``tid * E + k``, in vectors, and composes its
-elements from those registers (``direct``).
+In the plan's direct layout (``scan.thread {layout = "direct"}``) the tile skips the stage:
+each thread loads its own E consecutive positions, ``tid * E + k``, in vectors, composes its
+elements from those registers and stores its outputs at the same positions from registers
+(:func:`direct_write`).
 """
 
 from __future__ import annotations
