@@ -191,7 +191,7 @@ def _wide_text(plan: Any) -> str:
     """How the tile moves between memory and the threads (``scan.thread``'s vector_width and
     layout)."""
     V = plan.vector_width
-    if getattr(plan, "layout", "staged") == "direct":
+    if plan.layout == "direct":
         where = ("     layout direct: each thread loads its own consecutive elements into "
                  "registers and stores its outputs from them, no stage (tile_layout='staged' "
                  "goes through shared memory, a warp's accesses coalesced)\n")

@@ -42,6 +42,12 @@ FAST_MATH = ("contract", "fast", "none")
 #: it); ``auto`` the plan's choice (:func:`explorer.passes.plan.tile_layout`)
 TILE_LAYOUTS = ("auto", "staged", "direct")
 
+
+def layout_choice(target: str, strategy: str) -> bool:
+    """Whether a compile for ``target`` with ``strategy`` may choose its tile layout: the
+    direct layout is a GPU tree plan's (the CPU kernels and the sequential plan stage)."""
+    return target == "cuda" and strategy != "sequential"
+
 # NVIDIA chips the NVPTX backend and ptxas 12/13 know, with the lowest PTX ISA version that
 # supports each: the PTX we write declares that version, so older drivers can still load it.
 CHIP_PTX = {
@@ -242,7 +248,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if tile_layout not in TILE_LAYOUTS:
         raise OptionError(f"unknown tile_layout {tile_layout!r}; choose one of "
                           f"{', '.join(TILE_LAYOUTS)}")
-    if tile_layout == "direct" and (target != "cuda" or strategy == "sequential"):
+    if tile_layout == "direct" and not layout_choice(target, strategy):
         raise OptionError("tile_layout 'direct' is a layout of a tree plan's threads on the "
                           "GPU (target 'cuda', strategy blelloch, kogge_stone or "
                           "warp_shuffle); the CPU kernels and the sequential plan stage "

@@ -415,8 +415,9 @@ def read_plan(module_op: Any) -> Plan:
 
 
 def _check_vector(plan: Plan) -> None:
-    """A wide access the lowering implements: a power of two up to VECTOR_MAX elements that
-    divides the thread's elements (1 for a sequential plan)."""
+    """``scan.thread`` as the lowering implements it: a wide access of a power of two up to
+    VECTOR_MAX elements that divides the thread's elements (1 for a sequential plan), and a tile
+    layout (direct for a tree plan only)."""
     from explorer.codegen.options import VECTOR_MAX
 
     v = plan.vector_width

@@ -18,7 +18,8 @@ the plan:
 - for each tensor, whether it is already in the kernels' canonical layout (contiguous, of its
   argument's dtype: float32, or a 16-bit argument's ``torch.bfloat16``/``torch.float16``;
   nothing broadcast, or one row per block of channels where the kernel takes a row divisor):
-  then its data pointer is passed as it is; otherwise a torch view chain lays it out (a copy).
+  then its data pointer is passed as it is; otherwise it is broadcast and copied (``expand``,
+  ``contiguous``).
 
 A later call of the same signature does what safety still needs and nothing else: every
 tensor is a CUDA tensor on the plan's device (its dtype, shape and strides are the signature),
@@ -70,20 +71,18 @@ def cupy_stream(ptr: int) -> Any:
 
 @dataclass
 class _Layout:
-    """How one tensor reaches the kernels: as it is, or through a torch view chain + copy."""
+    """How one tensor reaches the kernels: as it is, or broadcast and copied."""
 
     name: str
     direct: bool
-    full: tuple[int, ...] = ()      # its shape with the batch axes it lacks as 1s
-    target: tuple[int, ...] = ()    # broadcast to this shape
-    flat: tuple[int, ...] = ()      # then laid out as this contiguous shape
+    #: broadcast to this shape (the batch axes the tensor lacks are leading ones, which
+    #: ``expand`` adds), then copied contiguous: the kernels' flat layout
+    target: tuple[int, ...] = ()
 
     def pointer(self, x: Any, keep: list[Any]) -> int:
         if self.direct:
             return x.data_ptr()
-        # the batch axes it lacks are leading (``full``): expand adds them, and the contiguous
-        # copy is laid out as ``flat`` (two torch calls a tensor, not four: host time a call)
-        y = x.expand(self.target).contiguous()
+        y = x.expand(self.target).contiguous()   # two torch calls a tensor: host time a call
         keep.append(y)
         return y.data_ptr()
 
@@ -233,7 +232,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
 def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...], N: int,
              length: int, shared: list[str], C: int) -> tuple[list[_Layout], dict[str, int]]:
     """Per tensor given: passed as it is when already in the kernels' layout (the rule of
-    :func:`explorer.runtime.shapes.marshal`), else the view chain that lays it out."""
+    :func:`explorer.runtime.shapes.marshal`), else the broadcast that lays it out."""
     out: list[_Layout] = []
     row_div: dict[str, int] = {}
     for s in specs:
@@ -250,7 +249,7 @@ def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...
         # as it is: contiguous and as many elements as the layout (nothing broadcast)
         direct = x.is_contiguous() and x.numel() == math.prod(flat) \
             and tuple(full[len(batch):]) == tail
-        out.append(_Layout(s.name, direct, full, target, flat))
+        out.append(_Layout(s.name, direct, target))
     return out, row_div
 
 

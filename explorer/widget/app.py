@@ -164,7 +164,7 @@ class Explorer(widgets.VBox):
                  dtype: str = "float32", reverse: bool = False, grid: str | None = None,
                  outputs: str | tuple[str, ...] | None = None,
                  fast_math: str | None = None, tile_layout: str | None = None) -> None:
-        from explorer.codegen.options import GRIDS, Options, validate
+        from explorer.codegen.options import GRIDS, Options, layout_choice, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
 
@@ -287,7 +287,7 @@ class Explorer(widgets.VBox):
         self.tile_layout = widgets.Dropdown(
             options=list(TILE_LAYOUT_CHOICES), value=tile_layout, description="tiles",
             layout=widgets.Layout(width="240px"), style=style,
-            disabled=strategy == "sequential" or target != "cuda",
+            disabled=not layout_choice(target, strategy),
             tooltip="how a tile reaches the threads on the GPU (scan.thread {layout}): through "
                     "the shared-memory stage, or each thread's own elements in registers")
         self.tile_layout.add_class("sw-tile-layout")
@@ -373,11 +373,11 @@ class Explorer(widgets.VBox):
         compilation (marked as stale), so the person can compare.
         """
         import explorer
+        from explorer.codegen.options import layout_choice
 
         # the sequential plan has no grid of blocks to choose
         self.grid.disabled = self.strategy.value == "sequential"
-        self.tile_layout.disabled = (self.strategy.value == "sequential"
-                                     or self.target.value != "cuda")
+        self.tile_layout.disabled = not layout_choice(self.target.value, self.strategy.value)
         self.status.value = "<i>compiling…</i>"
         start = time.perf_counter()
         try:
