@@ -165,7 +165,10 @@ def test_moving_the_pass_selector_changes_the_ir(page: Any, output_dir: Path) ->
 def test_a_bad_recurrence_shows_its_error_in_the_widget(page: Any, output_dir: Path) -> None:
     box = page.locator(f"{EXPLORER} .sw-recurrence textarea")
     good = box.input_value()
+    # the box sends its value on "change" (continuous_update=False): send it before the click,
+    # not on the click's blur, so that the kernel sees the text before the button's message
     box.fill("h[t] = a[t] * h[t-1] + * b[t]")
+    box.dispatch_event("change")
     page.locator(f"{EXPLORER} button", has_text="Compile").first.click()
     error = page.locator(f"{EXPLORER} .sw-error")
     error.wait_for(timeout=60_000)
@@ -175,6 +178,7 @@ def test_a_bad_recurrence_shows_its_error_in_the_widget(page: Any, output_dir: P
     page.locator(EXPLORER).screenshot(path=str(output_dir / "08-bad-recurrence.png"))
     # put the good text back: the error goes away
     box.fill(good)
+    box.dispatch_event("change")
     page.locator(f"{EXPLORER} button", has_text="Compile").first.click()
     page.wait_for_function("document.querySelector('.sw-explorer .sw-error') === null",
                            timeout=60_000)
