@@ -16,6 +16,10 @@ compile's key, so one pair per compile): ``scanweaver::fwd_<key>`` runs the forw
 autograd formula (``register_autograd``) calls the adjoint then computes the gradients with torch
 elementwise operations.  Both have a fake implementation (``register_fake``: output shapes from
 input shapes), so the op works in eager mode and inside ``torch.compile``, forward and backward.
+In eager mode on plain tensors a call skips the dispatcher (:func:`_eager`): the same forward,
+autograd formula and adjoint run as a plain ``torch.autograd.Function`` (:class:`_Eager`), which
+costs a few microseconds of host time where the custom operators' dispatch cost about a hundred
+on an H100 machine's host (``bench/op_host.py``).
 
 Where it runs: on the tensors' device.  CUDA tensors run the PTX kernels through CuPy on torch's
 current stream (no synchronisation); CPU tensors run the same kernels as host code
@@ -48,6 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from explorer.autodiff import Backward, grad
 from explorer.frontend.names import h0_name
@@ -254,6 +259,7 @@ class RecurrenceOp:
         key = compiled.key
         forward = _Runner(self.specs, self.reverse, self._forward_for)
         adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for)
+        self.forward_runner, self.adjoint_runner = forward, adjoint
         self.forward_op = torch.library.custom_op(
             f"{NAMESPACE}::fwd_{key}", _function(forward), mutates_args=(),
             schema=self.specs.schema())
@@ -301,7 +307,10 @@ class RecurrenceOp:
             values.append(L)
         elif L is not None:
             raise TypeError("L is given by the inputs' last axis")
-        out = self.forward_op(*values)
+        if _eager(values):
+            out = _Eager.apply(self, *values)
+        else:
+            out = self.forward_op(*values)
         outs = out if isinstance(out, tuple) else (out,)
         if len(outs) == 1:
             return outs[0]
@@ -342,14 +351,16 @@ class RecurrenceOp:
         states = [outs[self.specs.outputs.index(s)] for s in self.specs.rec.states]
         ctx.save_for_backward(*[x for x in tensors if x is not None], *states)
 
-    def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
+    def _backward(self, ctx: Any, *grads: Any, needs: Sequence[bool] | None = None
+                  ) -> tuple[Any, ...]:
         saved = list(ctx.saved_tensors)
         names = self.specs.names
         given = [n for n, p in zip(names, ctx.present) if p]
         arrays = dict(zip(given, saved[:len(given)]))
         states = dict(zip(self.specs.rec.states, saved[len(given):]))
         cotangents = {o: g for o, g in zip(self.specs.outputs, grads) if g is not None}
-        needs = getattr(ctx, "needs_input_grad", None) or [True] * len(names)
+        if needs is None:
+            needs = getattr(ctx, "needs_input_grad", None) or [True] * len(names)
         needed = {n for n, need in zip(names, needs) if need and n in arrays}
         dtype = next(iter(states.values())).dtype
         work = {n: (x.to(dtype) if x.dtype != dtype else x) for n, x in arrays.items()}
@@ -367,9 +378,41 @@ class RecurrenceOp:
     def _adjoint(self, call: dict[str, Any]) -> dict[str, Any]:
         values: list[Any] = [call[n] for n in self.adjoint_specs.names if n in call]
         values += [None] * (len(self.adjoint_specs.names) - len(values))
-        out = self.adjoint_op(*values)
+        out = self.adjoint_runner(*values) if _eager(values) else self.adjoint_op(*values)
         outs = out if isinstance(out, tuple) else (out,)
         return dict(zip(self.adjoint_specs.outputs, outs))
+
+
+def _eager(values: Sequence[Any]) -> bool:
+    """Whether a call may skip the dispatcher: eager mode (not traced by ``torch.compile``, no
+    dispatch or function mode, no functorch transform) on plain tensors. Then
+    :class:`_Eager` runs the same forward, autograd formula and adjoint as the operators, at a
+    few microseconds of host time a call instead of the custom operators' dispatch (measured in
+    the README's backward table)."""
+    import torch
+
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
+            or torch._C._len_torch_function_stack():
+        return False
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    return all(x is None or isinstance(x, int) or (type(x) is torch.Tensor and not wrapped(x))
+               for x in values)
+
+
+class _Eager(torch.autograd.Function):
+    """The operator's forward and autograd formula as a plain autograd function (eager mode
+    only, see :func:`_eager`): what the custom operators compute, without their dispatch."""
+
+    @staticmethod
+    def forward(ctx: Any, op: RecurrenceOp, *values: Any) -> Any:
+        out = op.forward_runner(*values)
+        ctx.op = op
+        op._setup(ctx, tuple(values), out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        return (None, *ctx.op._backward(ctx, *grads, needs=ctx.needs_input_grad[1:]))
 
 
 def _function(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,0 +1,109 @@
+"""Host time of the torch operator (``compiled.torch()``): forward and backward calls on CUDA
+tensors, timed back to back (what the host spends enqueueing them) and one at a time with CUDA
+events.
+
+    python bench/grad_speed.py --build .artifacts/grad           # here: forward + adjoint records
+    python bench/op_host.py --records .artifacts/grad            # GPU: numpy, sympy, cupy, torch
+
+Problems: the affine scan at 4096 x 1024 and the selective scan at 2 x 512 x 16 x 1024 (the
+small shapes of ``grad_speed.py``, where a call is bound by its host time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def timed(label: str, fn: Callable[[], Any], n: int = 100) -> dict[str, float]:
+    import torch
+
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    one = []
+    for _ in range(31):
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        one.append(start.elapsed_time(end) * 1e3)
+    one.sort()
+    row = {"enqueue_us": 1e6 * (t1 - t0) / n, "back_to_back_us": 1e6 * (t2 - t0) / n,
+           "one_call_us": one[len(one) // 2]}
+    print(f"  {label:<9} enqueue {row['enqueue_us']:7.0f} us   back to back "
+          f"{row['back_to_back_us']:7.0f} us   one call (events) {row['one_call_us']:7.0f} us")
+    return row
+
+
+def run(records: Path) -> dict[str, Any]:
+    import torch
+
+    from explorer.compiler import load_compiled
+    from explorer.torch_op import torch_op
+
+    index = json.loads((records / "index.json").read_text())
+
+    def op_of(text: str) -> Any:
+        fwd, adj = index[text]
+        return torch_op(load_compiled(records / fwd), adjoint=load_compiled(records / adj))
+
+    texts = list(index)
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    op = op_of(texts[0])
+    a = torch.rand(4096, 1024, device="cuda", requires_grad=True)
+    b = torch.randn(4096, 1024, device="cuda", requires_grad=True)
+    y = op(a=a, b=b)
+    g = torch.randn_like(y)
+    print("affine 4096 x 1024")
+    report["affine 4096x1024"] = {
+        "forward": timed("forward", lambda: op(a=a, b=b)),
+        "backward": timed("backward", lambda: torch.autograd.grad(y, (a, b), g,
+                                                                 retain_graph=True))}
+    op = op_of(texts[1])
+    Bt, D, N, L = 2, 512, 16, 1024
+    xs = {"dt": (torch.rand(Bt, D, L, device="cuda") * 0.1).requires_grad_(),
+          "A": (-torch.rand(D, N, device="cuda")).requires_grad_(),
+          "B": torch.randn(Bt, 1, N, L, device="cuda").requires_grad_(),
+          "x": torch.randn(Bt, D, L, device="cuda").requires_grad_(),
+          "C": torch.randn(Bt, 1, N, L, device="cuda").requires_grad_(),
+          "D": torch.randn(D, device="cuda").requires_grad_()}
+    yy = op(**xs)["y"]
+    gy = torch.randn_like(yy)
+    print("selective 2 x 512 x 16 x 1024")
+    report["selective 2x512x16x1024"] = {
+        "forward": timed("forward", lambda: op(**xs)),
+        "backward": timed("backward", lambda: torch.autograd.grad(
+            yy, list(xs.values()), gy, retain_graph=True))}
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=Path, required=True,
+                    help="folder of `grad_speed.py --build` (its index.json)")
+    ap.add_argument("--json", type=Path, help="write the report here")
+    args = ap.parse_args(argv)
+    report = run(args.records)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""The torch operator's eager path (:func:`explorer.torch_op._eager`): in eager mode a call runs
+the operator's forward, autograd formula and adjoint as a plain autograd function, without the
+custom operators' dispatch; traced, fake or wrapped tensors take the registered operators. Both
+paths must give the same outputs and gradients, and each must be taken where it should be."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+import pytest
+
+import explorer as ex
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlir") is None,
+                                reason="compiling needs the MLIR Python bindings")
+
+from explorer.torch_op import _eager  # noqa: E402
+from tests.unit.test_autodiff import BLELLOCH, _compile, _inputs  # noqa: E402
+
+TEXT = ex.PRESETS["selective scan"]
+
+
+def _leaves(arrays: dict[str, np.ndarray], grad: set[str] | None = None) -> dict[str, Any]:
+    return {k: torch.tensor(v, requires_grad=grad is None or k in grad)
+            for k, v in arrays.items()}
+
+
+def _values(op: Any, given: dict[str, Any]) -> list[Any]:
+    return [given.get(n) for n in op.specs.names]
+
+
+def test_eager_calls_run_the_autograd_function_and_match_the_operator():
+    arrays, _ = _inputs(TEXT)
+    op = _compile(TEXT, BLELLOCH).torch()
+    eager, dispatched = _leaves(arrays), _leaves(arrays)
+    out = op(**eager)
+    assert type(out["y"].grad_fn).__name__ == "_EagerBackward"
+    outs = dict(zip(op.specs.outputs, op.forward_op(*_values(op, dispatched))))
+    y_op, h_op = outs["y"], outs["h"]
+    assert type(y_op.grad_fn).__name__.startswith("GeneratedBackwardFor_scanweaver_fwd")
+    assert torch.equal(out["y"], y_op) and torch.equal(out["h"], h_op)
+    (out["y"].square().sum() + out["h"].sum()).backward()
+    (y_op.square().sum() + h_op.sum()).backward()
+    for k in arrays:
+        assert eager[k].grad is not None, k
+        assert torch.allclose(eager[k].grad, dispatched[k].grad, rtol=1e-6, atol=1e-7), k
+
+
+def test_eager_path_computes_only_the_gradients_asked_for():
+    arrays, _ = _inputs(TEXT)
+    op = _compile(TEXT, BLELLOCH).torch()
+    some = _leaves(arrays, grad={"x", "A"})
+    every = _leaves(arrays)
+    op(**some)["y"].sum().backward()
+    op(**every)["y"].sum().backward()
+    for k in arrays:
+        if k in {"x", "A"}:
+            assert torch.equal(some[k].grad, every[k].grad), k
+        else:
+            assert some[k].grad is None, k
+
+
+def test_fake_and_traced_tensors_take_the_registered_operator():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    arrays, _ = _inputs(TEXT)
+    op = _compile(TEXT, BLELLOCH).torch()
+    real = _leaves(arrays)
+    assert _eager(_values(op, real))
+    with FakeTensorMode() as mode:
+        fake = {k: mode.from_tensor(v) for k, v in real.items()}
+        assert not _eager(_values(op, fake))
+        out = op(**fake)   # the eager path would run the kernels on fake tensors and fail
+        assert tuple(out["y"].shape) == tuple(arrays["x"].shape)
+    seen: list[bool] = []
+
+    def traced(x: Any) -> Any:
+        seen.append(_eager([x]))
+        return x * 2
+
+    torch.compile(traced, backend="eager", fullgraph=True)(torch.ones(3))
+    assert seen == [False]
