@@ -34,7 +34,11 @@ The gradients then follow elementwise from ``lam``, the past states and sympy's 
     dL/dh0   = (A_0^T lam[0])_h
 
 each summed over the axes its array was broadcast along (the batch, the state axis n of an input
-without it).
+without it).  For an input without the axis n of a vector recurrence, the sum over n of its scan
+terms is a **readout of the adjoint** (``grad_sum_dt[t] = sum(lam_h[t, n] * (...))``, the past
+state read as an input ``fwd_h_prev[t, n]``): a lane-loop plan reduces it in the adjoint's own
+kernel, and the B x D x N x L products of those terms are never laid out
+(:func:`_summed_readouts`).
 
 **Saved for backward**: the inputs, parameters and initial states given to the forward, and the
 forward's state trajectories ``h[t]`` (outputs of the forward anyway): nothing else.
@@ -50,10 +54,9 @@ compiled with ``reverse=True`` is handled by flipping time: its adjoint is a for
 from __future__ import annotations
 
 import itertools
-import math
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -63,6 +66,7 @@ from explorer.errors import RecurrenceError
 from explorer.frontend.names import RESERVED_NAMES, h0_name
 from explorer.frontend.recurrence import FUNCTIONS, Recurrence
 from explorer.passes.affine import AffineForm, LaneSum, decompose, state_symbol, symbol
+from explorer.spelling import MUL, Unprintable, spell, to_text, wrap
 
 #: how the names of the backward recurrence are formed from those of the forward
 ADJOINT = "lam_{}"        # the adjoint of state h: lam_h (lam_h_1 for the companion h[t-1])
@@ -70,10 +74,8 @@ NEXT = "{}_next"          # input x one step later: x_next[t] = x[t+1]
 COTANGENT = "grad_{}"     # dL/dh[t], dL/dy[t]
 TRAJECTORY = "fwd_{}"     # the forward's h[t], read by a readout's derivative
 DIRECT = "d_{}"           # a direct term passed as an array
-
-
-class Unprintable(ValueError):
-    """A sympy expression the language cannot spell (sign, Heaviside, a sum over n ...)."""
+PREVIOUS = "fwd_{}_prev"  # the forward's h[t-1], read by a gradient summed in the adjoint
+GRADIENT = "grad_sum_{}"  # a gradient summed over n in the adjoint's kernel (a readout)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,87 +115,10 @@ class BackwardNames:
     trajectory: dict[str, str]
     #: forward component -> its direct term, when passed as an array
     direct: dict[tuple[str, int], str]
-
-
-# ----------------------------------------------------------------------------------------------
-# sympy -> the language
-# ----------------------------------------------------------------------------------------------
-_ATOM, _POW, _UNARY, _MUL, _ADD = 5, 4, 3, 2, 1
-
-
-def _number(value: float) -> str:
-    if not math.isfinite(value):
-        raise Unprintable(f"the constant {value} is not finite")
-    return repr(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
-
-
-def to_text(expr: sympy.Expr, ref: Callable[[str], str]) -> str:
-    """Spell a sympy expression in the language; ``ref(symbol name)`` spells a symbol.
-
-    Raises :class:`Unprintable` for what the language has no word for.
-    """
-    return _print(sympy.sympify(expr), ref)[0]
-
-
-def _wrap(part: tuple[str, int], least: int) -> str:
-    text, p = part
-    return f"({text})" if p < least else text
-
-
-def _print(e: sympy.Expr, ref: Callable[[str], str]) -> tuple[str, int]:
-    if e.is_Symbol:
-        return ref(e.name), _ATOM
-    if e.is_Number or e.is_NumberSymbol:
-        v = float(e)
-        return (_number(v), _ATOM) if v >= 0 else (_number(v), _UNARY)
-    if e.is_Add:
-        terms = e.as_ordered_terms()
-        text = _wrap(_print(terms[0], ref), _ADD)
-        for term in terms[1:]:
-            if term.could_extract_minus_sign():
-                text += " - " + _wrap(_print(-term, ref), _MUL)
-            else:
-                text += " + " + _wrap(_print(term, ref), _ADD + 1)
-        return text, _ADD
-    if e.is_Mul:
-        coeff, rest = e.as_coeff_Mul()
-        if coeff < 0:   # -a * b: numerically -(a * b)
-            return "-" + _wrap(_print(-e, ref), _MUL), _MUL
-        num, den = [], []
-        for f in sympy.Mul.make_args(e):
-            if f.is_Pow and f.exp.is_Number and f.exp < 0:
-                den.append(f.base ** -f.exp)
-            elif f.is_Rational and not f.is_Integer:
-                num.append(sympy.Integer(f.p))
-                den.append(sympy.Integer(f.q))
-            else:
-                num.append(f)
-        num = [f for f in num if f != 1] or [sympy.Integer(1)]
-        text = " * ".join(_wrap(_print(f, ref), _MUL) for f in num)
-        if den:
-            d = sympy.Mul(*den)
-            text = f"{text} / {_wrap(_print(d, ref), _POW)}"
-        return text, _MUL
-    if e.is_Pow:
-        base, exponent = e.args
-        if not exponent.is_Number:
-            raise Unprintable(f"a power with a symbolic exponent: {e}")
-        if exponent == sympy.Rational(1, 2):
-            return f"sqrt({_print(base, ref)[0]})", _ATOM
-        if exponent < 0:
-            return f"1 / {_wrap(_print(base ** -exponent, ref), _POW)}", _MUL
-        return f"{_wrap(_print(base, ref), _POW + 1)} ** {_number(float(exponent))}", _POW
-    names = {sympy.exp: "exp", sympy.log: "log", sympy.tanh: "tanh", sympy.Abs: "abs"}
-    if e.func in names:
-        return f"{names[e.func]}({_print(e.args[0], ref)[0]})", _ATOM
-    if isinstance(e, sympy.Max | sympy.Min):
-        word = "max" if isinstance(e, sympy.Max) else "min"
-        args = [_print(a, ref)[0] for a in e.args]
-        text = args[-1]
-        for a in reversed(args[:-1]):
-            text = f"{word}({a}, {text})"
-        return text, _ATOM
-    raise Unprintable(f"the language has no word for {type(e).__name__} ({e})")
+    #: forward state -> its past ``h[t-1]``, an input of the backward (read by ``summed``)
+    previous: dict[str, str] = field(default_factory=dict)
+    #: forward input -> the readout of the backward that sums its scan terms over n
+    summed: dict[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,6 +191,9 @@ class Backward:
             parts = [f"{lam[i]} * ({sympy.sstr(e)})" for i, e in self.scan_terms.get(name, [])]
             parts += [f"{n.cotangent[r]} * ({sympy.sstr(e)})"
                       for r, e in self.readout_terms.get(name, [])]
+            if name in n.summed:   # the scan terms, summed over n in the adjoint's kernel
+                parts = [f"{n.summed[name]}  (the adjoint's readout)"] + parts[
+                    len(self.scan_terms.get(name, [])):]
             total = " + ".join(parts) or "0"
             over = "" if name in self.forward.inputs else "  summed over t"
             lines.append(f"dL/d{name} = {total}{over}")
@@ -283,6 +211,8 @@ class Backward:
 
         if "reverse" in options:
             raise OptionError("the adjoint scan always runs backwards in time (reverse=True)")
+        # its states (the adjoints) and its readouts (the gradients summed over n) are read
+        options.setdefault("outputs", "all")
         return _compile(self.recurrence, target=target, strategy=strategy, reverse=True,
                         **options)
 
@@ -425,7 +355,7 @@ def _derive(rec: Recurrence) -> Backward:
                 elif coeff == -1:
                     terms.append(f"-{past}")
                 else:
-                    terms.append(f"{_wrap(_print(coeff, ref), _MUL)} * {past}")
+                    terms.append(f"{wrap(spell(coeff, ref), MUL)} * {past}")
             if all(A[i, j] == 0 for j in range(S)):
                 # nothing reads this adjoint: keep it a state (its own past, times 0)
                 terms.append(f"0 * {adjoint[c]}[t-1{lag_index}]")
@@ -433,7 +363,7 @@ def _derive(rec: Recurrence) -> Backward:
                 try:
                     if not spelled:
                         raise Unprintable("every direct term is an array")
-                    terms.append(_print(direct[i], ref)[0])
+                    terms.append(spell(direct[i], ref)[0])
                 except Unprintable:
                     arrays[c] = direct_names.get(c) or namer(DIRECT.format(
                         c[0] if c[1] == 0 else f"{c[0]}_{c[1]}"))
@@ -475,7 +405,12 @@ def _derive(rec: Recurrence) -> Backward:
                 readout_terms.setdefault(name, []).append((r, dy))
     h0_terms = {s: [(i, A[i, form.component_index(s)]) for i in range(S)
                     if A[i, form.component_index(s)] != 0] for s in rec.states}
-    names = BackwardNames(adjoint, nxt, cot, trajectory, direct_arrays)
+    previous: dict[str, str] = {}
+    summed: dict[str, str] = {}
+    if vector:
+        text, back, previous, summed = _summed_readouts(
+            rec, comps, adjoint, scan_terms, namer, text, back, label, timed, lane_names, ref)
+    names = BackwardNames(adjoint, nxt, cot, trajectory, direct_arrays, previous, summed)
     # common subexpressions, named once (evaluated on first use: only what a call needs)
     keys: list[tuple[str, str, Any]] = [("direct", "", i) for i in direct]
     keys += [("scan", n, i) for n, terms in scan_terms.items() for i, _ in terms]
@@ -488,3 +423,60 @@ def _derive(rec: Recurrence) -> Backward:
     shared = {sym.name: e for sym, e in pairs}
     return Backward(rec, form, text, back, names, direct, scan_terms, readout_terms, h0_terms,
                     shared, dict(zip(keys, reduced)))
+
+
+def _summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
+                     adjoint: dict[tuple[str, int], str],
+                     scan_terms: dict[str, list[tuple[int, sympy.Expr]]], namer: _Namer,
+                     text: str, back: Recurrence, label: str, timed: set[str],
+                     lane_names: set[str], ref: Callable[[str], str]
+                     ) -> tuple[str, Recurrence, dict[str, str], dict[str, str]]:
+    """Readouts of the adjoint recurrence that sum the scan terms of a gradient over n.
+
+    For an input ``x[t]`` without the axis n of a vector recurrence, the scan terms of
+    ``dL/dx[t]`` are ``sum_n lam[t, n] * (dA_t/dx s_{t-1} + db_t/dx)[n]``: a lane-summed readout
+    of the adjoint, which a lane-loop plan reduces in the adjoint's own kernel (the B x D x N x L
+    products are never laid out). The past states ``s[t-1]`` enter as inputs
+    ``fwd_<state>_prev[t, n]``. Terms the language cannot spell, or that read a state two or
+    more steps back, stay with the elementwise formulas. Returns the adjoint's text and
+    recurrence (with the readouts, when any), the past-state inputs and input -> readout."""
+    previous: dict[str, str] = {}
+    summed: dict[str, str] = {}
+    lines: list[str] = []
+    past = {state_symbol(st, 1).name: st for st in rec.states}
+    lane_of = set(rec.lane_names)
+    for name in rec.inputs:
+        terms = scan_terms.get(name, [])
+        if name in lane_of or not terms or any(comps[i][1] for i, _ in terms):
+            continue
+        reads = {sym.name for _, e in terms for sym in e.free_symbols}
+        if any(st.name in reads for st in [state_symbol(s, k) for s in rec.states
+                                            for k in (0, 2, 3, 4)]):
+            continue
+        new_prev = {past[r]: previous.get(past[r]) or namer(PREVIOUS.format(past[r]))
+                    for r in reads if r in past}
+
+        def name_of(sym: str, new_prev: dict[str, str] = new_prev) -> str:
+            if sym in past:
+                return f"{new_prev[past[sym]]}[t, n]"
+            return ref(sym)
+        try:
+            body = " + ".join(f"{adjoint[comps[i]]}[t, n] * {wrap(spell(e, name_of), MUL)}"
+                              for i, e in terms)
+        except Unprintable:
+            continue
+        previous.update(new_prev)
+        summed[name] = namer(GRADIENT.format(name))
+        lines.append(f"{summed[name]}[t] = sum({body})")
+    if not lines:
+        return text, back, {}, {}
+    timed |= set(previous.values())
+    lane_names |= set(previous.values())
+    full = text + "\n" + "\n".join(lines)
+    try:
+        return full, Recurrence.parse(full, name=label), previous, summed
+    except RecurrenceError:   # a readout the language refuses: the formulas keep them all
+        return text, back, {}, {}
+
+
+__all__ = ["Backward", "BackwardNames", "Unprintable", "grad", "lane_diff", "to_text"]

@@ -319,6 +319,9 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         elif n in names.trajectory.values():
             s = next(k for k, v in names.trajectory.items() if v == n)
             value = env[state_symbol(s, 0).name]
+        elif n in names.previous.values():   # h[t-1], read by the adjoint's summed readouts
+            s = next(k for k, v in names.previous.items() if v == n)
+            value = env[state_symbol(s, 1).name]
         elif n in names.direct.values():
             c = next(k for k, v in names.direct.items() if v == n)
             i = form.components.index(c)
@@ -342,8 +345,11 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         # the terms through the scan vary along n with lam; a readout's only where its
         # derivative does (dL/dD of sum(C * h) + D * x is per channel, not per lane)
         grads = []
-        for i, _ in bw.scan_terms.get(n, []):
-            grads.append(product(bw.reduced[("scan", n, i)], env, ops, full, lam[i]))
+        if n in names.summed:   # the scan terms, summed over n in the adjoint's kernel
+            grads.append(lam_call[names.summed[n]].reshape((*batch, 1, length)))
+        else:
+            for i, _ in bw.scan_terms.get(n, []):
+                grads.append(product(bw.reduced[("scan", n, i)], env, ops, full, lam[i]))
         for r, _ in bw.readout_terms.get(n, []):
             grads.append(product(bw.reduced[("readout", n, r)], env, ops, full,
                                  env[names.cotangent[r]]))

@@ -17,9 +17,9 @@ autograd formula (``register_autograd``) calls the adjoint then computes the gra
 elementwise operations.  Both have a fake implementation (``register_fake``: output shapes from
 input shapes), so the op works in eager mode and inside ``torch.compile``, forward and backward.
 In eager mode on plain tensors a call skips the dispatcher (:func:`_eager`): the same forward,
-autograd formula and adjoint run as a plain ``torch.autograd.Function`` (:class:`_Eager`), which
-costs a few microseconds of host time where the custom operators' dispatch cost about a hundred
-on an H100 machine's host (``bench/op_host.py``).
+autograd formula and adjoint run as a plain ``torch.autograd.Function`` (:class:`_Eager`), a few
+microseconds of host time less per operator than the custom operators' dispatch
+(``bench/op_host.py`` times the operator's host work).
 
 Where it runs: on the tensors' device.  CUDA tensors run the PTX kernels through CuPy on torch's
 current stream (no synchronisation); CPU tensors run the same kernels as host code
@@ -37,7 +37,9 @@ adjoint kernel reads its inputs in step), the adjoint ``lam`` (the kernel's outp
 zeros, no concatenation); ``dL/db`` is ``lam`` itself.  In general a past state ``s[t-k]`` is
 laid out (one new tensor, its first ``k`` steps the initial state or zeros) only where an
 expression reads it other than as a factor of a product, and a gradient with one term is that
-term, not a sum into zeros.
+term, not a sum into zeros.  For the selective scan the adjoint reads ``h[t-1]`` (one shifted copy
+of the saved states) and returns ``dL/ddt`` and ``dL/dx`` summed over n as its readouts
+(:mod:`explorer.autodiff`); ``dL/dB``, ``dL/dC`` and ``dL/dA`` are torch operations on ``lam``.
 
 Host time: CUDA calls go through :meth:`explorer.runtime.cuda.CudaKernel.launch_torch`, which
 keeps a launch plan per shapes and strides (:mod:`explorer.runtime.cuda_plan`), so a repeated
