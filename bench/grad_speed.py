@@ -547,16 +547,26 @@ def _print(record: dict[str, Any], device: str) -> None:
             print(f"      {us:9.1f} us  x{count}  {kernel}")
 
 
-def build(folder: Path) -> None:
+#: ``--variant``: the strategy and options of the forward and adjoint compiles.
+#: ``warp32-fast``: one warp a block and approximate exp, as ``mamba_speed.py``'s fastest forward
+#: (mamba-ssm's kernels, forward and backward, are built with ``--use_fast_math``)
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "blelloch": ("blelloch", {}),
+    "warp32-fast": ("warp_shuffle", {"block_size": 32, "fast_math": "fast"}),
+}
+
+
+def build(folder: Path, variant: str = "blelloch") -> None:
     """Compile the forward and the adjoint of both recurrences for CUDA; write the records."""
     import explorer as ex
 
+    strategy, options = VARIANTS[variant]
     folder.mkdir(parents=True, exist_ok=True)
     index = {}
     for i, text in enumerate([AFFINE, ex.PRESETS["selective scan"]]):
-        ex.compile(text, target="cuda", strategy="blelloch", outputs="all").dump(
+        ex.compile(text, target="cuda", strategy=strategy, outputs="all", **options).dump(
             folder / f"{i}-fwd.json.gz")
-        ex.grad(text).compile(target="cuda", strategy="blelloch").dump(
+        ex.grad(text).compile(target="cuda", strategy=strategy, **options).dump(
             folder / f"{i}-adj.json.gz")
         index[text] = [f"{i}-fwd.json.gz", f"{i}-adj.json.gz"]
     (folder / "index.json").write_text(json.dumps(index, indent=1))
@@ -582,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds a method's setup may take before it is skipped (0: none)")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--build", type=Path, help="compile the ops (needs MLIR) into this folder")
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="blelloch",
+                    help="with --build: the strategy and options of the compiles")
     ap.add_argument("--records", type=Path, help="run the ops compiled by --build")
     ap.add_argument("--mamba-src", type=Path,
                     help="a state-spaces/mamba checkout: build its CUDA selective scan "
@@ -590,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="build folder for --mamba-src")
     args = ap.parse_args(argv)
     if args.build:
-        build(args.build)
+        build(args.build, args.variant)
         return 0
     try:
         import torch
