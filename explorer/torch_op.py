@@ -386,15 +386,14 @@ class RecurrenceOp:
 
 
 def _eager(values: Sequence[Any]) -> bool:
-    """Whether a call may skip the dispatcher: eager mode (not traced by ``torch.compile``, no
-    dispatch or function mode, no functorch transform) on plain tensors. Then
-    :class:`_Eager` runs the same forward, autograd formula and adjoint as the operators, at a
-    few microseconds of host time a call instead of the custom operators' dispatch (measured in
-    the README's backward table)."""
+    """Whether a call may skip the dispatcher: eager mode (not traced by ``torch.compile`` or
+    ``torch.jit.trace``, no dispatch or function mode, no functorch transform) on plain
+    tensors. Then :class:`_Eager` runs the same forward, autograd formula and adjoint as the
+    operators, without their dispatch (``bench/op_host.py`` times the operator's host work)."""
     import torch
 
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
-            or torch._C._len_torch_function_stack():
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() \
+            or torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
         return False
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     return all(x is None or isinstance(x, int) or (type(x) is torch.Tensor and not wrapped(x))

@@ -83,3 +83,13 @@ def test_fake_and_traced_tensors_take_the_registered_operator():
 
     torch.compile(traced, backend="eager", fullgraph=True)(torch.ones(3))
     assert seen == [False]
+    torch.jit.trace(traced, torch.ones(3), check_trace=False)
+    assert seen == [False, False]
+    from torch.overrides import TorchFunctionMode
+
+    with TorchFunctionMode():
+        assert not _eager(_values(op, real))
+    x = torch.ones(3)
+    assert _eager([x, None, 3])
+    assert torch.func.vmap(lambda v: (seen.append(_eager([v])), v)[1])(torch.ones(2, 3)) \
+        is not None and seen[-1] is False
