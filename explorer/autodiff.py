@@ -450,9 +450,8 @@ def _summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
         if name in lane_of or not terms or any(comps[i][1] for i, _ in terms):
             continue
         reads = {sym.name for _, e in terms for sym in e.free_symbols}
-        if any(st.name in reads for st in [state_symbol(s, k) for s in rec.states
-                                            for k in (0, 2, 3, 4)]):
-            continue
+        if any("[" in r and r not in past for r in reads):
+            continue   # a state at t or two or more steps back (``h[t-2]``): not an input here
         new_prev = {past[r]: previous.get(past[r]) or namer(PREVIOUS.format(past[r]))
                     for r in reads if r in past}
 

@@ -69,11 +69,12 @@ def test_scalar_recurrences_and_lane_inputs_keep_their_formulas():
     assert not {"A", "B", "C", "D"} & set(bw.names.summed)
 
 
-def test_a_term_two_steps_back_stays_elementwise():
-    text = ("h[t, n] = a[t] * h[t-1, n] + x[t] * h[t-2, n] + B[t, n]\n"
+@pytest.mark.parametrize("lag", [2, 5])
+def test_a_term_two_steps_back_stays_elementwise(lag: int):
+    text = (f"h[t, n] = a[t] * h[t-1, n] + x[t] * h[t-{lag}, n] + B[t, n]\n"
             "y[t] = sum(C[t, n] * h[t, n])")
     bw = grad(text)
-    assert "x" not in bw.names.summed     # its term reads h[t-2]
+    assert "x" not in bw.names.summed     # its term reads h[t-lag]
     assert bw.names.summed == {"a": "grad_sum_a"}
     _grads_match(text, SEQUENTIAL)
 
