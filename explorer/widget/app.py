@@ -9,13 +9,16 @@ under the text box; nothing raises into the notebook cell.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import time
 import traceback
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from explorer.widget.backward import BackwardToggle
 from explorer.widget.highlight import style_sheet
 from explorer.widget.run import RunPanel
 from explorer.widget.views import (
@@ -153,7 +156,9 @@ class Explorer(widgets.VBox):
     Attributes worth reading from code: ``compiled`` (the last successful compilation, or None),
     ``error`` (the last error, or None), ``mlir`` (the pass view: ``mlir.select(i)``),
     ``tree_view`` (the plan read from the ``scan-plan`` pass's IR), ``run`` (the run panel:
-    ``run.run_and_check()``, ``run.sweep(wait=True)``).
+    ``run.run_and_check()``, ``run.sweep(wait=True)``), ``backward`` (the *backward* toggle,
+    :mod:`explorer.widget.backward`: ``backward.button.value = True`` shows the adjoint
+    recurrence of the text as its own compile, ``False`` the forward again).
     """
 
     TAB_TITLES = ("Recurrence", "Affine", "Scan tree", "MLIR", "LLVM IR", "PTX", "Run")
@@ -232,6 +237,8 @@ class Explorer(widgets.VBox):
                                              button_style="primary")
         self.error_box = widgets.HTML()
         self.error_box.add_class("sw-error-box")
+        self._held = False
+        self.backward = BackwardToggle(self)
         self.status = widgets.HTML()
 
         # -- options -------------------------------------------------------------------------
@@ -321,7 +328,8 @@ class Explorer(widgets.VBox):
                               + "<div class='sw-title'>ScanWeaver Explorer</div>")
         super().__init__([
             header,
-            widgets.HBox([self.preset, self.compile_button, self.status]),
+            widgets.HBox([self.preset, self.compile_button, self.backward.button,
+                          self.status]),
             self.text,
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
@@ -375,6 +383,8 @@ class Explorer(widgets.VBox):
         import explorer
         from explorer.codegen.options import layout_choice
 
+        if self._held:   # several controls change at once: one compile after (holding)
+            return self.error is None
         # the sequential plan has no grid of blocks to choose
         self.grid.disabled = self.strategy.value == "sequential"
         self.tile_layout.disabled = not layout_choice(self.target.value, self.strategy.value)
@@ -427,6 +437,15 @@ class Explorer(widgets.VBox):
     def _on_preset(self, change: dict[str, Any]) -> None:
         if change["new"]:
             self.text.value = change["new"]
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Change several controls without a compile after each (the caller compiles once)."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
 
     # -- conveniences for code -----------------------------------------------------------------
     def set_text(self, text: str) -> bool:

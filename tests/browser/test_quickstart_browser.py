@@ -2,8 +2,9 @@
 
 Opens ``quickstart.ipynb``, runs every cell, then checks what a person would see: every stage tab
 draws, the scan tree is an SVG, moving the pass selector changes the IR shown (and how long that
-takes), a bad recurrence typed into the box shows its error inside the widget, and the throughput
-plot receives points. Screenshots go to ``test-output/browser/``.
+takes), a bad recurrence typed into the box shows its error inside the widget, the backward
+toggle shows the adjoint recurrence and gives the forward back, and the throughput plot receives
+points. Screenshots go to ``test-output/browser/``.
 """
 
 from __future__ import annotations
@@ -182,6 +183,29 @@ def test_a_bad_recurrence_shows_its_error_in_the_widget(page: Any, output_dir: P
     page.locator(f"{EXPLORER} button", has_text="Compile").first.click()
     page.wait_for_function("document.querySelector('.sw-explorer .sw-error') === null",
                            timeout=60_000)
+
+
+def test_the_backward_toggle_shows_the_adjoint_then_the_forward(page: Any,
+                                                               output_dir: Path) -> None:
+    box = page.locator(f"{EXPLORER} .sw-recurrence textarea")
+    forward = box.input_value()
+    toggle = page.locator(f"{EXPLORER} .sw-backward").first
+    toggle.click()
+    # the box shows the adjoint recurrence (lam_...), compiled backwards in time
+    page.wait_for_function(
+        "document.querySelector('.sw-explorer .sw-recurrence textarea').value.includes('lam_')",
+        timeout=60_000)
+    # the stage views show the adjoint's compile (its states are named lam_...)
+    _tab(page, "Recurrence")
+    page.wait_for_function(
+        "document.querySelector('.sw-explorer .widget-tab-contents').innerHTML.includes('lam_')",
+        timeout=120_000)
+    assert page.locator(f"{EXPLORER} .sw-error").count() == 0
+    page.locator(EXPLORER).screenshot(path=str(output_dir / "08b-backward.png"))
+    toggle.click()
+    page.wait_for_function(
+        "(text) => document.querySelector('.sw-explorer .sw-recurrence textarea').value === text",
+        arg=forward, timeout=60_000)
 
 
 RUN_PANEL_STATE_JS = """

@@ -653,3 +653,34 @@ def test_the_tiles_box_reaches_the_compile_and_the_plan_shows_the_layout() -> No
     # a record compiled with a choice shows it in the box
     shown = Explorer(ex.compile(AFFINE, tile_layout="direct"))
     assert shown.tile_layout.value == "direct" and shown.kept_options == {}
+
+
+def test_the_backward_toggle_shows_the_adjoint_and_gives_the_forward_back() -> None:
+    text = ex.PRESETS["selective scan"]
+    w = Explorer(text, target="cpu", strategy="sequential")
+    assert w.compiled is not None and w.compiled.recurrence.text == text
+    w.backward.button.value = True
+    # the adjoint, compiled as ex.grad(text).compile() compiles it: backwards, every output
+    assert w.error is None, w.error
+    assert w.text.value == ex.grad(text).text
+    assert w.compiled.recurrence.text == ex.grad(text).text
+    assert w.compiled.options["reverse"] is True and w.reverse.value is True
+    assert w.outputs.value == "all"
+    assert set(w.compiled.recurrence.readouts) == {"grad_sum_dt", "grad_sum_x"}
+    w.show_tab("Recurrence")
+    assert "<svg" in w.recurrence_view.graph.value
+    w.show_tab("Affine")
+    assert "A_t" in w.affine_view.math.value
+    w.backward.button.value = False
+    assert w.text.value == text and w.reverse.value is False and w.outputs.value == "readouts"
+    assert w.compiled.recurrence.text == text and w.error is None
+
+
+def test_the_backward_toggle_on_a_bad_text_says_why_and_stays_off() -> None:
+    w = Explorer(AFFINE, target="cpu", strategy="sequential")
+    w.text.value = "h[t] = a[t] * h[t-1] +"
+    assert w.error is not None
+    w.backward.button.value = True
+    assert w.backward.button.value is False
+    assert w.error is not None and w.error_box.value
+    assert w.text.value == "h[t] = a[t] * h[t-1] +"

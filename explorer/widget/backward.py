@@ -1,0 +1,73 @@
+"""The explorer's *backward* toggle: the adjoint recurrence of the text in the box
+(:func:`explorer.grad`), compiled as its own recurrence, the way ``ex.grad(text).compile()``
+compiles it: backwards in time (``reverse``), storing every output (the adjoints and the
+gradients summed over n). Every tab then shows the backward pass: its recurrence, affine form,
+plan, passes and PTX. Toggling it off puts the forward's text and options back; nothing typed
+is lost."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+
+if TYPE_CHECKING:
+    from explorer.widget.app import Explorer
+
+
+class BackwardToggle:
+    """The toggle and what it swaps in the explorer's box and controls."""
+
+    def __init__(self, explorer: Explorer) -> None:
+        self.explorer = explorer
+        self.button = widgets.ToggleButton(
+            value=False, description="backward", icon="exchange",
+            tooltip="show the backward pass: the adjoint recurrence of the text in the box, "
+                    "derived by the compiler and compiled backwards in time")
+        self.button.add_class("sw-backward")
+        #: the forward's text, reverse and outputs while the backward is shown
+        self.forward: tuple[str, bool, Any] | None = None
+        self.button.observe(self._toggled, names="value")
+
+    def _toggled(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self.show_backward()
+        else:
+            self.show_forward()
+
+    def show_backward(self) -> bool:
+        """Derive the adjoint of the text in the box and compile it; True on success. A text
+        without a backward (a parse error, a recurrence the derivation refuses) is shown as an
+        error, and the toggle goes back off."""
+        import explorer
+        from explorer.widget.app import _error_html
+
+        ex = self.explorer
+        try:
+            backward = explorer.grad(ex.text.value)
+        except Exception as err:  # noqa: BLE001 - every error is shown in the widget
+            ex.error = err
+            ex.error_box.value = _error_html(err)
+            self.button.unobserve(self._toggled, names="value")
+            self.button.value = False
+            self.button.observe(self._toggled, names="value")
+            return False
+        self.forward = (ex.text.value, bool(ex.reverse.value), ex.outputs.value)
+        with ex.holding():
+            ex.reverse.value = True
+            ex.outputs.value = "all"
+            ex.text.value = backward.text
+        return ex.recompile()
+
+    def show_forward(self) -> bool:
+        """Put the forward's text and options back and compile it; True on success."""
+        ex = self.explorer
+        if self.forward is None:
+            return ex.recompile()
+        text, reverse, outputs = self.forward
+        self.forward = None
+        with ex.holding():
+            ex.reverse.value = reverse
+            ex.outputs.value = outputs
+            ex.text.value = text
+        return ex.recompile()
