@@ -92,7 +92,15 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None) -> RecurrenceO
     if adjoint is not None:
         if adjoint.recurrence.text != op.backward.text or not adjoint.options.get("reverse"):
             raise ValueError("adjoint= is not the reverse compile of this recurrence's adjoint "
-                             f"({op.backward.text!r})")
+                             f"({op.backward.text!r}; a record made by an older version of "
+                             "the compiler may hold another adjoint: make it again)")
+        stored = {a["name"] for k in adjoint.kernels for a in k["args"]
+                  if a["role"] == "output"}
+        needed = set(op.backward.recurrence.states) | set(op.backward.recurrence.readouts)
+        if not needed <= stored:
+            raise ValueError(f"adjoint= stores {sorted(stored)}, the backward reads "
+                             f"{sorted(needed)}: compile it with outputs='all' (as "
+                             "ex.grad(rec).compile() does)")
         with op._compile_lock:
             op._compiles[("adjoint", adjoint.target)] = adjoint
     return op

@@ -544,3 +544,16 @@ def test_a_given_adjoint_compile_is_used_and_checked():
     assert op._compiles[("adjoint", "cpu")] is adjoint
     with pytest.raises(ValueError, match="adjoint"):
         torch_op(c, adjoint=c)
+
+
+def test_an_adjoint_record_without_the_summed_gradients_is_refused():
+    """A record of the adjoint that stores only its states (made with outputs='states') lacks
+    the gradients summed in its kernel: refused when given, not a KeyError mid-backward."""
+    from explorer.torch_op import torch_op
+
+    text = ex.PRESETS["selective scan"]
+    c = _compile(text, SEQUENTIAL)
+    bw = grad(text)
+    states_only = bw.compile(target="cpu", strategy="sequential", outputs="states")
+    with pytest.raises(ValueError, match="outputs='all'"):
+        torch_op(c, adjoint=states_only)
