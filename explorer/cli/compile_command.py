@@ -42,8 +42,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import explorer
 
     t0 = time.perf_counter()
-    compiled = explorer.compile(text, target=args.target, strategy=args.strategy, **opts)
+    what = ""
+    if args.backward:
+        if "reverse" in opts:
+            raise CliError("--backward: the adjoint always runs backwards in time; leave out "
+                           "--option reverse=...")
+        backward = explorer.grad(text)
+        compiled = backward.compile(target=args.target, strategy=args.strategy, **opts)
+        what = f", the backward: {backward.text.splitlines()[0]}"
+    else:
+        compiled = explorer.compile(text, target=args.target, strategy=args.strategy, **opts)
     compiled.save(args.output)
-    print(f"wrote {args.output} ({args.strategy}, {args.target}) in "
+    print(f"wrote {args.output} ({args.strategy}, {args.target}{what}) in "
           f"{time.perf_counter() - t0:.2f} s")
     return 0

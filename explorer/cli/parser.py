@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--block-size", type=int, default=None, help="threads per block")
     c.add_argument("--elements-per-thread", type=int, default=None)
     c.add_argument("--chip", default=None, help="e.g. sm_90")
+    c.add_argument("--backward", action="store_true",
+                   help="compile the recurrence's backward pass instead: its adjoint recurrence "
+                        "(explorer.grad), backwards in time, every output stored")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="any other compile option (repeatable)")
 

@@ -104,6 +104,26 @@ def test_compile_writes_a_loadable_artifact(tmp_path: Path,
     assert "wrote" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(importlib.util.find_spec("mlir") is None, reason="needs the MLIR bindings")
+def test_compile_backward_writes_the_adjoints_artifact(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import explorer as ex
+    from explorer.runtime.artifact import load_artifact
+
+    text = ex.PRESETS["selective scan"]
+    out = tmp_path / "bw"
+    assert main(["compile", text, "--backward", "-o", str(out)]) == 0
+    art = load_artifact(out)
+    assert art.recurrence == ex.grad(text).text
+    # backwards in time, the adjoint and the gradients summed over n stored
+    assert set(art.outputs) == {"lam_h", "grad_sum_dt", "grad_sum_x"}
+    assert "the backward: lam_h[t, n]" in capsys.readouterr().out
+    assert main(["compile", text, "--backward", "--option", "reverse=false", "-o",
+                 str(tmp_path / "bw2")]) != 0
+    assert "always runs backwards in time" in capsys.readouterr().err
+    assert not (tmp_path / "bw2").exists()
+
+
 def test_report_from_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from explorer.bench.results import Record, gbps, save_json
 
