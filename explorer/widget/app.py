@@ -331,6 +331,7 @@ class Explorer(widgets.VBox):
             widgets.HBox([self.preset, self.compile_button, self.backward.button,
                           self.status]),
             self.text,
+            self.backward.formulas,
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
                           self.elements_per_thread, self.grid, self.outputs, self.dtype,

@@ -7,6 +7,7 @@ is lost."""
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
@@ -25,6 +26,10 @@ class BackwardToggle:
             tooltip="show the backward pass: the adjoint recurrence of the text in the box, "
                     "derived by the compiler and compiled backwards in time")
         self.button.add_class("sw-backward")
+        #: the gradient formulas (``explorer.grad(text).summary()``), shown under the box while
+        #: the backward is: which gradients the adjoint's kernel sums, which are elementwise
+        self.formulas = widgets.HTML()
+        self.formulas.add_class("sw-backward-formulas")
         #: the forward's text, reverse and outputs while the backward is shown
         self.forward: tuple[str, bool, Any] | None = None
         self.button.observe(self._toggled, names="value")
@@ -53,6 +58,10 @@ class BackwardToggle:
             self.button.observe(self._toggled, names="value")
             return False
         self.forward = (ex.text.value, bool(ex.reverse.value), ex.outputs.value)
+        self.formulas.value = (
+            "<details open><summary>the gradients, from the adjoint</summary><pre "
+            "style='font-size:12px;margin:4px 0'>"
+            f"{html.escape(backward.summary())}</pre></details>")
         with ex.holding():
             ex.reverse.value = True
             ex.outputs.value = "all"
@@ -66,6 +75,7 @@ class BackwardToggle:
             return ex.recompile()
         text, reverse, outputs = self.forward
         self.forward = None
+        self.formulas.value = ""
         with ex.holding():
             ex.reverse.value = reverse
             ex.outputs.value = outputs

@@ -201,11 +201,16 @@ def test_the_backward_toggle_shows_the_adjoint_then_the_forward(page: Any,
         "document.querySelector('.sw-explorer .widget-tab-contents').innerHTML.includes('lam_')",
         timeout=120_000)
     assert page.locator(f"{EXPLORER} .sw-error").count() == 0
+    # the gradient formulas under the box
+    assert "dL/d" in page.locator(f"{EXPLORER} .sw-backward-formulas").inner_text()
     page.locator(EXPLORER).screenshot(path=str(output_dir / "08b-backward.png"))
     toggle.click()
     page.wait_for_function(
         "(text) => document.querySelector('.sw-explorer .sw-recurrence textarea').value === text",
         arg=forward, timeout=60_000)
+    page.wait_for_function(
+        "document.querySelector('.sw-explorer .sw-backward-formulas').innerText.trim() === ''",
+        timeout=60_000)
 
 
 RUN_PANEL_STATE_JS = """

@@ -667,6 +667,10 @@ def test_the_backward_toggle_shows_the_adjoint_and_gives_the_forward_back() -> N
     assert w.compiled.options["reverse"] is True and w.reverse.value is True
     assert w.outputs.value == "all"
     assert set(w.compiled.recurrence.readouts) == {"grad_sum_dt", "grad_sum_x"}
+    # the gradient formulas under the box: summed in the adjoint's kernel, or elementwise
+    formulas = html.unescape(_visible_text(w.backward.formulas.value))
+    assert "dL/dx = grad_sum_x  (the adjoint's readout)" in formulas
+    assert "dL/dA = lam_h * (dt*h[t-1]*exp(A*dt))  summed over t" in formulas
     w.show_tab("Recurrence")
     assert "<svg" in w.recurrence_view.graph.value
     w.show_tab("Affine")
@@ -674,6 +678,7 @@ def test_the_backward_toggle_shows_the_adjoint_and_gives_the_forward_back() -> N
     w.backward.button.value = False
     assert w.text.value == text and w.reverse.value is False and w.outputs.value == "readouts"
     assert w.compiled.recurrence.text == text and w.error is None
+    assert w.backward.formulas.value == ""
 
 
 def test_the_backward_toggle_on_a_bad_text_says_why_and_stays_off() -> None:
