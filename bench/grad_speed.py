@@ -150,12 +150,7 @@ class Problem:
 
         if self.records is None:
             return ex.compile(self.text, target=self.target, strategy="blelloch").torch()
-        from explorer.compiler import load_compiled
-        from explorer.torch_op import torch_op
-
-        fwd, adj = json.loads((self.records / "index.json").read_text())[self.text]
-        return torch_op(load_compiled(self.records / fwd),
-                        adjoint=load_compiled(self.records / adj))
+        return record_op(self.records, self.text)
 
     def inputs(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -226,6 +221,16 @@ class Problem:
 
         gen = torch.Generator(device=out.device).manual_seed(1)
         return torch.randn(out.shape, device=out.device, dtype=out.dtype, generator=gen)
+
+
+def record_op(records: Path, text: str) -> Any:
+    """The torch op of ``text`` from the forward and adjoint records that ``--build`` wrote into
+    ``records`` (its ``index.json``): no compiler needed."""
+    from explorer.compiler import load_compiled
+    from explorer.torch_op import torch_op
+
+    fwd, adj = json.loads((records / "index.json").read_text())[text]
+    return torch_op(load_compiled(records / fwd), adjoint=load_compiled(records / adj))
 
 
 class AffineProblem(Problem):

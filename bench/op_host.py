@@ -63,16 +63,14 @@ def timed(label: str, fn: Callable[[], Any], n: int = 100) -> dict[str, float]:
 def run(records: Path) -> dict[str, Any]:
     import torch
 
-    from explorer.compiler import load_compiled
-    from explorer.torch_op import torch_op
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from grad_speed import record_op
 
-    index = json.loads((records / "index.json").read_text())
+    texts = list(json.loads((records / "index.json").read_text()))
 
     def op_of(text: str) -> Any:
-        fwd, adj = index[text]
-        return torch_op(load_compiled(records / fwd), adjoint=load_compiled(records / adj))
+        return record_op(records, text)
 
-    texts = list(index)
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     op = op_of(texts[0])
     a = torch.rand(4096, 1024, device="cuda", requires_grad=True)

@@ -188,12 +188,13 @@ class Backward:
         comps = self.form.components
         lam = {i: n.adjoint[c] for i, c in enumerate(comps)}
         for name in (*self.forward.inputs, *self.forward.params):
-            parts = [f"{lam[i]} * ({sympy.sstr(e)})" for i, e in self.scan_terms.get(name, [])]
+            if name in n.summed:   # the scan terms, summed over n in the adjoint's kernel
+                parts = [f"{n.summed[name]}  (the adjoint's readout)"]
+            else:
+                parts = [f"{lam[i]} * ({sympy.sstr(e)})"
+                         for i, e in self.scan_terms.get(name, [])]
             parts += [f"{n.cotangent[r]} * ({sympy.sstr(e)})"
                       for r, e in self.readout_terms.get(name, [])]
-            if name in n.summed:   # the scan terms, summed over n in the adjoint's kernel
-                parts = [f"{n.summed[name]}  (the adjoint's readout)"] + parts[
-                    len(self.scan_terms.get(name, [])):]
             total = " + ".join(parts) or "0"
             over = "" if name in self.forward.inputs else "  summed over t"
             lines.append(f"dL/d{name} = {total}{over}")

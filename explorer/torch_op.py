@@ -94,8 +94,7 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None) -> RecurrenceO
             raise ValueError("adjoint= is not the reverse compile of this recurrence's adjoint "
                              f"({op.backward.text!r}; a record made by an older version of "
                              "the compiler may hold another adjoint: make it again)")
-        stored = {a["name"] for k in adjoint.kernels for a in k["args"]
-                  if a["role"] == "output"}
+        stored = set(adjoint.outputs)
         needed = set(op.backward.recurrence.states) | set(op.backward.recurrence.readouts)
         if not needed <= stored:
             raise ValueError(f"adjoint= stores {sorted(stored)}, the backward reads "
@@ -398,8 +397,6 @@ def _eager(values: Sequence[Any]) -> bool:
     ``torch.jit.trace``, no dispatch or function mode, no functorch transform) on plain
     tensors. Then :class:`_Eager` runs the same forward, autograd formula and adjoint as the
     operators, without their dispatch (``bench/op_host.py`` times the operator's host work)."""
-    import torch
-
     if torch.compiler.is_compiling() or torch.jit.is_tracing() \
             or torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
         return False
@@ -437,7 +434,7 @@ def _storing_every_output(compiled: Compiled) -> Compiled:
     """``compiled``, or the same compile with ``outputs="all"`` when it leaves outputs out:
     the operator returns every state and readout, and its backward reads the states."""
     rec = compiled.recurrence
-    stored = {a["name"] for k in compiled.kernels for a in k["args"] if a["role"] == "output"}
+    stored = set(compiled.outputs)
     if stored >= set(rec.states) | set(rec.readouts):
         return compiled
     options = {k: v for k, v in compiled.options.items() if k not in ("strategy", "target")}
