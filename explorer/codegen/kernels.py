@@ -79,7 +79,7 @@ from explorer.codegen.lower_grid import (
 from explorer.codegen.lower_lookback import lookback_block, lookback_threads_per_sm
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
 from explorer.codegen.narrow import narrow_buffers
-from explorer.codegen.options import STATIC_SHARED_LIMIT, Options
+from explorer.codegen.options import SHARED_LIMIT, STATIC_SHARED_LIMIT, Options
 from explorer.codegen.shared_layout import lane_loop_split, shared_arrays, stage_counts, tile_steps
 from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
 from explorer.errors import CompileError, OptionError
@@ -146,18 +146,24 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
         roles = ((("scan", ""), ("lookback", "_lookback")) if lookback else
                  (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")))
         for role, suffix in roles:
-            static = sum(shared_arrays(form, options, role, plan)) * 4
-            if options.target == "cuda" and static > STATIC_SHARED_LIMIT:
+            arrays = shared_arrays(form, options, role, plan)
+            static = sum(arrays) * 4
+            if options.target == "cuda" and _shared_bytes(arrays) > SHARED_LIMIT:
                 raise OptionError(
                     f"a Blelloch tile of {tile_steps(options, plan, role)} elements "
                     f"({gen_counts[role]} staged "
                     f"arrays, elements of {alg.width} floats) needs {static} bytes of shared "
-                    f"memory, more than {STATIC_SHARED_LIMIT}: lower block_size * "
+                    f"memory, more than {SHARED_LIMIT}: lower block_size * "
                     "elements_per_thread")
+            # past CUDA's 48 KiB of static shared memory the arrays are carved out of the
+            # block's dynamic shared memory, which the launch opts in to
+            dynamic = (_shared_bytes(arrays) if options.target == "cuda"
+                       and static > STATIC_SHARED_LIMIT else 0)
             whole_only = role == "scan" and lookback
             lane_loop = role == "scan" and lane_sum is not None and lane_sum.fused
             out.append(KernelSpec(
-                f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, block, 1, 0, static,
+                f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, block, 1, dynamic,
+                0 if dynamic else static,
                 time_chunk=None if role == "carry" else TIME_CHUNK,
                 launch_when_longer_than=None if role == "scan" else TIME_CHUNK,
                 launch_unless_longer_than=TIME_CHUNK if whole_only else None,
@@ -358,12 +364,34 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                             memory_space=workgroup))
                         view = MemRefType.get([ShapedType.get_dynamic_size()], f32(),
                                               memory_space=workgroup)
-                        shared = [memref.view(view, raw, ci(0), [ci(spec.shared_bytes // 4)])]
+                        shared = [memref.view(view, raw, ci(offset), [ci(n)]) for offset, n
+                                  in _carve(shared_arrays(form, options, spec.role, plan))]
                     th = Threads(True, bs, gpu.thread_id(gpu.Dimension.x))
                     _kernel_body(gen, spec, th, gpu.block_id(gpu.Dimension.x), shared, None,
                                  plan)
                     gpu.return_([])
         _cuda_host_launcher(args, arg_types, kernels)
+
+
+#: the alignment of each workgroup array (LLVM merges neighbouring shared loads into 16-byte
+#: vector loads, which fault on a less aligned buffer)
+SHARED_ALIGN = 16
+
+
+def _carve(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """(byte offset, floats) of each workgroup array laid out one after another, each
+    aligned to SHARED_ALIGN bytes."""
+    out, offset = [], 0
+    for n in sizes:
+        out.append((offset, n))
+        offset += -(-n * 4 // SHARED_ALIGN) * SHARED_ALIGN
+    return out
+
+
+def _shared_bytes(sizes: Sequence[int]) -> int:
+    """Bytes of shared memory the workgroup arrays ``sizes`` (floats) take, aligned."""
+    carved = _carve(sizes)
+    return carved[-1][0] + carved[-1][1] * 4 if carved else 0
 
 
 def _size_value(v: int | str, sizes: dict[str, Value]) -> Value:

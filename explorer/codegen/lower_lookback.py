@@ -70,12 +70,17 @@ LOOKBACK_THREADS_PER_SM = 1280
 #: the same in the direct tile layout with 16 elements a thread, which holds its inputs in
 #: registers through the tree and the wait (at 1024 its 64 registers spilled 136 bytes)
 LOOKBACK_THREADS_PER_SM_DIRECT_16 = 640
+#: the same with 32 elements a thread (tiles past CUDA's 48 KiB of static shared memory take
+#: dynamic shared memory): at 1024 they spilled 192 bytes, at 768 (80 registers) 48
+LOOKBACK_THREADS_PER_SM_32 = 768
 
 
 def lookback_threads_per_sm(elements: int, layout: str) -> int:
     """Resident threads per SM asked of ptxas for the look-back kernel."""
     if layout == "direct" and elements > 8:
         return LOOKBACK_THREADS_PER_SM_DIRECT_16
+    if elements > 16:
+        return LOOKBACK_THREADS_PER_SM_32
     return LOOKBACK_THREADS_PER_SM
 
 

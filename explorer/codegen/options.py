@@ -225,7 +225,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     lookback_elements = options.get("lookback_elements", defaults.lookback_elements)
     if lookback_elements != "auto":
         lookback_elements = _power_of_two(lookback_elements, "lookback_elements (or 'auto')",
-                                          1, 16)
+                                          1, 32)
     outputs = _outputs(options.get("outputs", defaults.outputs))
     varlen = options.get("varlen", defaults.varlen)
     if not isinstance(varlen, bool):

@@ -482,9 +482,9 @@ def _check_lookback(plan: Plan) -> None:
             raise ValueError(f"a look-back of {look.lanes} lanes x {t} tiles is not one the "
                              "lowering implements (a warp of 32, 1 to 16 tiles a lane)")
         e = look.elements
-        if not 1 <= e <= 16 or e & (e - 1):
+        if not 1 <= e <= 32 or e & (e - 1):
             raise ValueError(f"a look-back tile of {e} elements a thread is not one the "
-                             "lowering implements (a power of two up to 16)")
+                             "lowering implements (a power of two up to 32)")
         if plan.grid.tile != plan.threads * e:
             raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
                              f"{plan.threads} threads x {e} elements")

@@ -275,6 +275,13 @@ WIDE_VARIANTS = [
      {"elements_per_thread": 16, "tile_layout": "direct"}),
     *((f"selective-float32-{lay}-all", "selective scan", "blelloch",
        {"tile_layout": lay, "outputs": "all"}) for lay in ("direct", "staged")),
+    # tiles past CUDA's 48 KiB of static shared memory (dynamic shared memory): 512 threads,
+    # and 32 elements a thread of the look-back kernel
+    ("affine-float32-b512", "affine scan", "blelloch", {"block_size": 512}),
+    ("affine-bfloat16-lookback32", "affine scan", "blelloch",
+     {"dtype": "bfloat16", "block_size": 256, "lookback_elements": 32}),
+    ("affine-float32-b1024-e16-chunked", "affine scan", "warp_shuffle",
+     {"block_size": 1024, "elements_per_thread": 16, "grid": "chunked"}),
 ]
 
 

@@ -92,9 +92,29 @@ def test_bad_options(kwargs: dict[str, object], words: str) -> None:
 
 
 def test_tile_too_large_for_shared_memory() -> None:
-    o = validate("blelloch", "cuda", block_size=1024, elements_per_thread=16)
-    with pytest.raises(OptionError, match="shared memory"):
-        build_module(form_of(SCALAR), o)
+    o = validate("blelloch", "cuda", block_size=1024, elements_per_thread=16, grid="chunked")
+    with pytest.raises(OptionError, match="more than 232448"):
+        build_module(form_of(COMPANION), o)
+
+
+def test_tiles_past_static_shared_memory_take_dynamic_shared_memory() -> None:
+    """A tree tile whose workgroup arrays pass CUDA's 48 KiB of static shared memory takes
+    them from dynamic shared memory (the launch opts in); smaller ones stay static."""
+    from explorer.codegen.kernels import kernel_specs
+
+    big = validate("blelloch", "cuda", block_size=1024, elements_per_thread=16, grid="chunked")
+    small = validate("blelloch", "cuda", block_size=128, elements_per_thread=8, grid="chunked")
+    form = form_of(SCALAR)
+    for spec in kernel_specs(form, big):
+        if spec.role == "scan":
+            assert spec.shared_bytes > 48 * 1024 and spec.static_shared_bytes == 0
+    assert all(s.shared_bytes == 0 for s in kernel_specs(form, small))
+    text = build_module(form, big).text
+    assert "gpu.dynamic_shared_memory" in text
+    # each array a view of the one buffer, at 16-byte aligned offsets
+    offsets = [int(m) for m in re.findall(r"memref\.view %\w+\[%c(\d+)\]", text)]
+    assert offsets and all(o % 16 == 0 for o in offsets)
+    assert "gpu.dynamic_shared_memory" not in build_module(form, small).text
 
 
 # -- IR text ------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def test_reset_is_for_workspaces_only():
         parse_kernels(kernels)
 
 
-@pytest.mark.parametrize("bad", [0, 3, 32, True, "many", 2.0, None])
+@pytest.mark.parametrize("bad", [0, 3, 64, True, "many", 2.0, None])
 def test_bad_lookback_elements_are_refused(bad: object) -> None:
     from explorer.codegen.options import validate
     from explorer.errors import OptionError
