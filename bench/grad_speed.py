@@ -15,7 +15,10 @@ backward of ``compile(text).torch()`` is compared with torch autograd through to
 ``associative_scan`` and, for the affine scan, accelerated-scan's backward.  Methods:
 
 - ``ours``: the op in eager mode: the adjoint scan (our kernel, ``reverse=True``) and the
-  gradients as torch elementwise operations;
+  gradient formulas traced once per shape and fused by inductor (``fuse_backward="always"``,
+  :mod:`explorer.fused_backward`; the compile counts in the setup time);
+- ``ours-unfused``: the same with the gradient formulas as eager torch operations
+  (``fuse_backward="never"``);
 - ``torch-assoc-eager``: autograd through ``associative_scan(combine_mode="generic")`` in eager;
 - ``accelerated-scan``: ``accelerated_scan.scalar.scan`` (Triton kernels, forward and backward);
   with ``--warp`` also ``accelerated-scan-warp`` (its CUDA warp kernels, built on first import);
@@ -55,7 +58,8 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -179,9 +183,19 @@ class Problem:
 
             return dict(zip(xs, run())), run
 
-        def ours() -> tuple[Any, Any]:
-            op = self.op()
-            return backward_of(lambda xs: self.ours_forward(op, xs))
+        def ours(policy: str) -> Callable[[], tuple[Any, Any]]:
+            def setup() -> tuple[Any, Any]:
+                op = self.op()
+                if self.device == "cpu":
+                    op.fused.backend = "aot_eager"   # no C++ compiles in the dry run
+                with _fusing(op, policy):
+                    grads, run = backward_of(lambda xs: self.ours_forward(op, xs))
+
+                def pinned() -> Any:
+                    with _fusing(op, policy):
+                        return run()
+                return grads, pinned
+            return setup
 
         def ours_compiled() -> tuple[Any, Any]:
             import torch
@@ -200,7 +214,8 @@ class Problem:
         def peer(make: Callable[[], Callable[[Any, Any], Any]]) -> Callable[[], Any]:
             return lambda: backward_of(lambda xs: self.baseline_forward(xs, make()))
 
-        methods = {"ours": ours, "ours+compile": ours_compiled}
+        methods = {"ours": ours("always"), "ours-unfused": ours("never"),
+                   "ours+compile": ours_compiled}
         methods.update({name: baseline(scan) for name, scan in self.scans.items()})
         methods.update({name: peer(make) for name, make in self.peers.items()})
         def fused(forward: Callable[[dict[str, Any]], Any]) -> Callable[[], tuple[Any, Any]]:
@@ -470,13 +485,27 @@ def kernel_times(run: Callable[[], Any], reps: int = 5) -> list[tuple[str, float
     return sorted(rows, key=lambda r: -r[1])
 
 
+@contextmanager
+def _fusing(op: Any, policy: str) -> Iterator[None]:
+    """``op.fuse_backward`` set to ``policy`` for the block."""
+    before = op.fuse_backward
+    op.fuse_backward = policy
+    try:
+        yield
+    finally:
+        op.fuse_backward = before
+
+
 def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0,
-                kernels: bool = False) -> dict[str, Any]:
+                kernels: bool = False, only: set[str] | None = None) -> dict[str, Any]:
+    """Check and time every method of ``p`` (``only``: those named)."""
     record: dict[str, Any] = {"problem": p.name, "bytes": p.bytes_moved, "methods": {}}
     grads: dict[str, Any] = {}
     runs: dict[str, Any] = {}
     forwards: dict[str, Any] = {}
     for name, setup in p.methods().items():
+        if only is not None and name not in only:
+            continue
         t0 = time.perf_counter()
         try:
             with _Limit(setup_limit):
@@ -506,7 +535,7 @@ def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0,
             record["methods"][name]["ms"] = t.median_ms
             record["methods"][name]["host_ms"] = host_ms(run)
             record["methods"][name]["forward_host_ms"] = host_ms(forwards[name])
-            if kernels and name == "ours":
+            if kernels and name.startswith("ours"):
                 try:
                     record["methods"][name]["kernels"] = kernel_times(run)
                 except Exception as err:  # noqa: BLE001 - the profiler is optional
@@ -557,6 +586,7 @@ def _print(record: dict[str, Any], device: str) -> None:
 #: (mamba-ssm's kernels, forward and backward, are built with ``--use_fast_math``)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "blelloch": ("blelloch", {}),
+    "warp32": ("warp_shuffle", {"block_size": 32}),
     "warp32-fast": ("warp_shuffle", {"block_size": 32, "fast_math": "fast"}),
 }
 
@@ -605,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(forward and backward, float32, sm_90) and time its backward")
     ap.add_argument("--mamba-build", type=Path, default=Path("/tmp/mamba-ssm-grad"),
                     help="build folder for --mamba-src")
+    ap.add_argument("--methods", type=lambda v: set(v.split(",")), default=None,
+                    help="comma list: time only these methods (e.g. ours,ours+compile)")
     args = ap.parse_args(argv)
     if args.build:
         build(args.build, args.variant)
@@ -655,7 +687,8 @@ def main(argv: list[str] | None = None) -> int:
         except Skip as why:
             print(f"skipped: {why}")
             continue
-        record = run_problem(problem, args.budget_ms, args.setup_limit, args.kernels)
+        record = run_problem(problem, args.budget_ms, args.setup_limit, args.kernels,
+                             args.methods)
         _print(record, device)
         # a baseline with wrong gradients is reported; only ours failing fails the run
         failed |= any("failed" in m for n, m in record["methods"].items()

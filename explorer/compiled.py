@@ -230,11 +230,12 @@ class Compiled:
         _write_bytes(out, _encode(self), compress=out.suffix == ".gz")
         return out
 
-    def torch(self) -> Any:
-        """This compile as a differentiable torch operator (see :mod:`explorer.torch_op`)."""
+    def torch(self, fuse_backward: str | bool | None = None) -> Any:
+        """This compile as a differentiable torch operator (see :mod:`explorer.torch_op`;
+        ``fuse_backward``: see :mod:`explorer.fused_backward`)."""
         from explorer.torch_op import torch_op
 
-        return torch_op(self)
+        return torch_op(self, fuse_backward=fuse_backward)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the artifact (PTX + manifest.json) to the directory ``path``."""

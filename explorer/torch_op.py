@@ -41,6 +41,10 @@ term, not a sum into zeros.  For the selective scan the adjoint reads ``h[t-1]``
 of the saved states) and returns ``dL/ddt`` and ``dL/dx`` summed over n as its readouts
 (:mod:`explorer.autodiff`); ``dL/dB``, ``dL/dC`` and ``dL/dA`` are torch operations on ``lam``.
 
+Fused backward: in eager mode the backward of a vector recurrence on CUDA tensors runs, from
+the second call of the same shapes, as one graph traced from these formulas and compiled by
+``torch.compile`` (:mod:`explorer.fused_backward`; ``fuse_backward=`` of :func:`torch_op`).
+
 Host time: CUDA calls go through :meth:`explorer.runtime.cuda.CudaKernel.launch_torch`, which
 keeps a launch plan per shapes and strides (:mod:`explorer.runtime.cuda_plan`), so a repeated
 call checks and binds nothing again.
@@ -58,6 +62,7 @@ import torch
 
 from explorer.autodiff import Backward, grad
 from explorer.frontend.names import h0_name
+from explorer.fused_backward import FusedBackward, check_policy
 from explorer.gradients import gradients
 from explorer.torch_arrays import TorchOps
 
@@ -72,13 +77,18 @@ _OPS: dict[str, RecurrenceOp] = {}
 _LOCK = threading.Lock()
 
 
-def torch_op(compiled: Compiled, adjoint: Compiled | None = None) -> RecurrenceOp:
+def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
+             fuse_backward: str | bool | None = None) -> RecurrenceOp:
     """The differentiable torch operator of a compile (one per compile key, made once).
 
     ``adjoint``: the compile of the adjoint recurrence to use (by default it is compiled on
     first use); a record read with :func:`explorer.compiler.load_compiled` lets a machine
-    without MLIR run the backward on the GPU, as it runs the forward.
+    without MLIR run the backward on the GPU, as it runs the forward.  ``fuse_backward``:
+    when the eager backward runs its gradient formulas fused by ``torch.compile``
+    (:mod:`explorer.fused_backward`: ``"auto"``, the default, ``"always"`` or ``"never"``);
+    None leaves the operator's setting as it is.
     """
+    policy = None if fuse_backward is None else check_policy(fuse_backward)
     if compiled.options.get("dtype", "float32") != "float32":
         from explorer.errors import OptionError
 
@@ -102,6 +112,8 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None) -> RecurrenceO
                              "ex.grad(rec).compile() does)")
         with op._compile_lock:
             op._compiles[("adjoint", adjoint.target)] = adjoint
+    if policy is not None:
+        op.fuse_backward = policy
     return op
 
 
@@ -265,6 +277,10 @@ class RecurrenceOp:
         self._compiles: dict[tuple[str, str], Compiled] = {}
         self._compile_lock = threading.Lock()
         self.ops = TorchOps()
+        #: when the eager backward runs its gradient formulas fused (one of
+        #: :data:`explorer.fused_backward.POLICIES`; see that module)
+        self.fuse_backward = "auto"
+        self.fused = FusedBackward(self)
         key = compiled.key
         forward = _Runner(self.specs, self.reverse, self._forward_for)
         adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for)
@@ -360,8 +376,15 @@ class RecurrenceOp:
         states = [outs[self.specs.outputs.index(s)] for s in self.specs.rec.states]
         ctx.save_for_backward(*[x for x in tensors if x is not None], *states)
 
-    def _backward(self, ctx: Any, *grads: Any, needs: Sequence[bool] | None = None
-                  ) -> tuple[Any, ...]:
+    def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        """The registered autograd formula (traced as it is inside ``torch.compile``)."""
+        arrays, states, cotangents, needed = self._unpack(ctx, grads, None)
+        return self._pack(arrays, self.gradients(arrays, states, cotangents, needed))
+
+    def _unpack(self, ctx: Any, grads: Sequence[Any], needs: Sequence[bool] | None
+                ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], set[str]]:
+        """(arrays, states, cotangents, the names whose gradients are asked for) of a
+        backward, from what the forward saved and the output gradients given."""
         saved = list(ctx.saved_tensors)
         names = self.specs.names
         given = [n for n, p in zip(names, ctx.present) if p]
@@ -370,19 +393,28 @@ class RecurrenceOp:
         cotangents = {o: g for o, g in zip(self.specs.outputs, grads) if g is not None}
         if needs is None:
             needs = getattr(ctx, "needs_input_grad", None) or [True] * len(names)
-        needed = {n for n, need in zip(names, needs) if need and n in arrays}
-        dtype = next(iter(states.values())).dtype
-        work = {n: (x.to(dtype) if x.dtype != dtype else x) for n, x in arrays.items()}
-        cots = {o: (g.to(dtype) if g.dtype != dtype else g) for o, g in cotangents.items()}
-        res = gradients(self.backward, self.ops, work, states, cots, self._adjoint,
-                        reverse=self.reverse, needed=needed)
+        return arrays, states, cotangents, {n for n, need in zip(names, needs)
+                                            if need and n in arrays}
+
+    def _pack(self, arrays: dict[str, Any], res: dict[str, Any]) -> tuple[Any, ...]:
+        """The gradients in the forward's argument order, each in its array's dtype."""
         out: list[Any] = []
-        for n in names:
+        for n in self.specs.names:
             g = res.get(n)
             out.append(g.to(arrays[n].dtype) if g is not None else None)
         if self.specs.needs_length:
             out.append(None)
         return tuple(out)
+
+    def gradients(self, arrays: dict[str, Any], states: dict[str, Any],
+                  cotangents: dict[str, Any], needed: set[str]) -> dict[str, Any]:
+        """The gradients of ``needed`` (names of the forward's arguments): the adjoint scan,
+        then the gradient formulas as torch operations."""
+        dtype = next(iter(states.values())).dtype
+        work = {n: (x.to(dtype) if x.dtype != dtype else x) for n, x in arrays.items()}
+        cots = {o: (g.to(dtype) if g.dtype != dtype else g) for o, g in cotangents.items()}
+        return gradients(self.backward, self.ops, work, states, cots, self._adjoint,
+                         reverse=self.reverse, needed=needed)
 
     def _adjoint(self, call: dict[str, Any]) -> dict[str, Any]:
         values: list[Any] = [call[n] for n in self.adjoint_specs.names if n in call]
@@ -418,7 +450,9 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-        return (None, *ctx.op._backward(ctx, *grads, needs=ctx.needs_input_grad[1:]))
+        op = ctx.op
+        arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:])
+        return (None, *op._pack(arrays, op.fused(arrays, states, cotangents, needed)))
 
 
 def _function(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -153,6 +153,38 @@ def test_gradients_on_the_gpu_match_torch_autograd(case_id: str, text: str,
     assert max(errors.values()) < KERNEL_TOL, errors
 
 
+FUSED_CASES = ["affine-default", "selective-default", "coupled-vector"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case_id", FUSED_CASES)
+def test_fused_backward_matches_torch_autograd(case_id: str):
+    """The eager backward with its gradient formulas traced and compiled by inductor: with
+    fuse_backward "auto" from the second call of a signature for a vector recurrence, with
+    "always" from the first for any."""
+    text, options = next((t, o) for n, t, o in CASES if n == case_id)
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text)
+    cot, ref = _reference_grads(rec, arrays, h0)
+    op = _op(text, options)
+    policy = op.fuse_backward
+    op.fused._fused.clear()
+    op.fused._seen.clear()
+    try:
+        op.fuse_backward = "auto" if rec.vector else "always"
+        first = _cuda_grads(op, rec, arrays, h0, cot)
+        assert op.fused.signatures == (0 if rec.vector else 1)
+        second = _cuda_grads(op, rec, arrays, h0, cot)
+        assert op.fused.signatures == 1
+        third = _cuda_grads(op, rec, arrays, h0, cot)
+    finally:
+        op.fuse_backward = policy
+    for ours in (first, second, third):
+        errors = {k: _rel(ours[k], ref[k]) for k in ref}
+        assert max(errors.values()) < KERNEL_TOL, errors
+    assert all(torch.equal(second[k], third[k]) for k in ref)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("preset", ["affine scan", "selective scan"])
 def test_long_chunked_sequences(preset: str):

@@ -1,0 +1,157 @@
+"""The torch operator's fused backward (:mod:`explorer.fused_backward`): traced once per
+signature and compiled, it must give the eager formulas' gradients, be taken only where its
+policy says, keep one compile per signature, and fall back to the eager formulas (with one
+warning) where it cannot be compiled. On the CPU the graphs compile with ``aot_eager`` (no code
+generation); the GPU tests compile them with inductor."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import explorer as ex
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlir") is None,
+                                reason="compiling needs the MLIR Python bindings")
+
+from explorer.fused_backward import check_policy  # noqa: E402
+from explorer.torch_op import torch_op  # noqa: E402
+from tests.unit.test_autodiff import BLELLOCH, _compile, _inputs  # noqa: E402
+
+SELECTIVE = ex.PRESETS["selective scan"]
+AFFINE = ex.PRESETS["affine scan"]
+
+
+@pytest.fixture
+def op_of() -> Iterator[Any]:
+    """The operator of a compile, its fused backward compiled with ``aot_eager`` and with no
+    signature kept; its settings are put back afterwards (operators are shared by key)."""
+    made: list[Any] = []
+
+    def make(text: str) -> Any:
+        op = _compile(text, BLELLOCH).torch()
+        made.append((op, op.fuse_backward, op.fused.backend, op.fused.auto_devices))
+        op.fused.backend = "aot_eager"
+        op.fused._fused.clear()
+        op.fused._seen.clear()
+        op.fused._failed.clear()
+        return op
+    yield make
+    for op, policy, backend, devices in made:
+        op.fuse_backward, op.fused.backend, op.fused.auto_devices = policy, backend, devices
+        op.fused._fused.clear()
+        op.fused._seen.clear()
+        op.fused._failed.clear()
+
+
+def _grads(op: Any, arrays: dict[str, np.ndarray], grad: set[str] | None = None,
+           readout_only: bool = False) -> dict[str, Any]:
+    leaves = {k: torch.tensor(v, requires_grad=grad is None or k in grad)
+              for k, v in arrays.items()}
+    out = op(**leaves)
+    outs = out if isinstance(out, dict) else {"h": out}
+    loss = sum((v * torch.cos(v)).sum() for k, v in outs.items()
+               if not readout_only or k != "h")
+    loss.backward()
+    return {k: v.grad for k, v in leaves.items() if v.grad is not None}
+
+
+@pytest.mark.parametrize("text", [SELECTIVE, AFFINE])
+def test_fused_gradients_match_the_eager_formulas(op_of: Any, text: str) -> None:
+    arrays, _ = _inputs(text)
+    op = op_of(text)
+    op.fuse_backward = "never"
+    eager = _grads(op, arrays)
+    op.fuse_backward = "always"
+    fused = _grads(op, arrays)
+    assert op.fused.signatures == 1
+    again = _grads(op, arrays)
+    assert op.fused.signatures == 1   # the compile of the signature is reused
+    assert set(fused) == set(eager) == set(again) == set(arrays)
+    for k in eager:
+        assert torch.allclose(fused[k], eager[k], rtol=1e-6, atol=1e-7), k
+        assert torch.equal(fused[k], again[k]), k
+
+
+def test_each_signature_compiles_once(op_of: Any) -> None:
+    """Shapes, the gradients asked for and the output gradients given make a signature."""
+    op = op_of(SELECTIVE)
+    op.fuse_backward = "always"
+    arrays, _ = _inputs(SELECTIVE)
+    longer, _ = _inputs(SELECTIVE, length=23)
+    _grads(op, arrays)
+    _grads(op, longer)
+    assert op.fused.signatures == 2
+    some = _grads(op, arrays, grad={"x", "A"})
+    assert set(some) == {"x", "A"} and op.fused.signatures == 3
+    _grads(op, arrays, readout_only=True)   # dL/dh not given
+    assert op.fused.signatures == 4
+    op.fuse_backward = "never"
+    eager = _grads(op, arrays, grad={"x", "A"})
+    for k in some:
+        assert torch.allclose(some[k], eager[k], rtol=1e-6, atol=1e-7), k
+
+
+def test_auto_fuses_vector_recurrences_on_its_devices_from_the_second_call(op_of: Any
+                                                                          ) -> None:
+    op = op_of(SELECTIVE)
+    arrays, _ = _inputs(SELECTIVE)
+    assert op.fuse_backward == "auto"
+    _grads(op, arrays)
+    _grads(op, arrays)
+    assert op.fused.signatures == 0          # CPU tensors: never fused by auto
+    op.fused.auto_devices = ("cpu",)
+    _grads(op, arrays)
+    assert op.fused.signatures == 0          # the first call of a signature runs eager
+    _grads(op, arrays)
+    assert op.fused.signatures == 1
+    scalar = op_of(AFFINE)                   # a scalar recurrence: auto leaves it eager
+    scalar.fused.auto_devices = ("cpu",)
+    affine, _ = _inputs(AFFINE)
+    for _ in range(3):
+        _grads(scalar, affine)
+    assert scalar.fused.signatures == 0
+
+
+def test_a_failed_compile_keeps_the_eager_formulas_and_warns_once(op_of: Any) -> None:
+    op = op_of(AFFINE)
+    arrays, _ = _inputs(AFFINE)
+    op.fuse_backward = "never"
+    eager = _grads(op, arrays)
+    op.fuse_backward = "always"
+    op.fused.backend = "no-such-backend"
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        first = _grads(op, arrays)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # the failure is remembered: no second try, no warning
+        second = _grads(op, arrays)
+    assert op.fused.signatures == 0
+    for k in eager:
+        assert torch.equal(first[k], eager[k]) and torch.equal(second[k], eager[k]), k
+
+
+@pytest.mark.parametrize(("value", "policy"), [("auto", "auto"), ("always", "always"),
+                                               ("never", "never"), (True, "always"),
+                                               (False, "never")])
+def test_policies(value: object, policy: str) -> None:
+    assert check_policy(value) == policy
+
+
+@pytest.mark.parametrize("bad", ["sometimes", "AUTO", 1, None, ["auto"]])
+def test_unknown_policies_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="fuse_backward must be one of auto, always, never"):
+        check_policy(bad)
+
+
+def test_torch_op_sets_the_policy(op_of: Any) -> None:
+    op = op_of(AFFINE)
+    assert torch_op(op.compiled, fuse_backward="never") is op and op.fuse_backward == "never"
+    assert torch_op(op.compiled) is op and op.fuse_backward == "never"   # None: unchanged
+    with pytest.raises(ValueError, match="fuse_backward"):
+        torch_op(op.compiled, fuse_backward="maybe")
