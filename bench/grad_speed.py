@@ -587,6 +587,8 @@ def _print(record: dict[str, Any], device: str) -> None:
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "blelloch": ("blelloch", {}),
     "warp32": ("warp_shuffle", {"block_size": 32}),
+    "blelloch-direct": ("blelloch", {"tile_layout": "direct"}),
+    "warp32-direct": ("warp_shuffle", {"block_size": 32, "tile_layout": "direct"}),
     "warp32-fast": ("warp_shuffle", {"block_size": 32, "fast_math": "fast"}),
 }
 

@@ -12,7 +12,8 @@ adjoint scan as its registered custom operator ``scanweaver::bwd_<key>``), compi
 with ``torch.compile`` and runs it from then on.
 
 When (``RecurrenceOp.fuse_backward``): ``"auto"`` (the default) fuses the backwards of vector
-recurrences (a lane axis n: their formulas run over B x D x N x L tensors) on CUDA tensors from
+recurrences (a lane axis n: their formulas run over B x D x N x L tensors) on float32 CUDA
+tensors (the kernels' own; float64 runs the reference) from
 the second call of a signature (a training loop repeats its shapes; a backward run once would
 pay seconds of compilation to save milliseconds); ``"always"`` from the first call, for any
 recurrence on any device; ``"never"`` runs the eager formulas.  Measured in one run on an H100
@@ -79,7 +80,8 @@ class FusedBackward:
         policy = self.op.fuse_backward
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]
         auto = (self.op.specs.rec.vector
-                and all(t.device.type in self.auto_devices for t in tensors))
+                and all(t.device.type in self.auto_devices and t.dtype == torch.float32
+                        for t in tensors))
         if policy == "never" or (policy == "auto" and not auto):
             return self.op.gradients(arrays, states, cotangents, needed)
         key = (tuple(arrays), tuple(states), tuple(cotangents), tuple(sorted(needed)),

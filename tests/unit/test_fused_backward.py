@@ -117,6 +117,10 @@ def test_auto_fuses_vector_recurrences_on_its_devices_from_the_second_call(op_of
     for _ in range(3):
         _grads(scalar, affine)
     assert scalar.fused.signatures == 0
+    wide = {k: v.astype(np.float64) for k, v in arrays.items()}   # float64 runs the reference
+    for _ in range(2):
+        _grads(op, wide)
+    assert op.fused.signatures == 1
 
 
 def test_a_failed_compile_keeps_the_eager_formulas_and_warns_once(op_of: Any) -> None:
