@@ -557,3 +557,15 @@ def test_an_adjoint_record_without_the_summed_gradients_is_refused():
     states_only = bw.compile(target="cpu", strategy="sequential", outputs="states")
     with pytest.raises(ValueError, match="outputs='all'"):
         torch_op(c, adjoint=states_only)
+
+
+def test_the_blelloch_adjoint_of_a_vector_recurrence_takes_direct_tiles_on_the_gpu():
+    """Its lane loop stores every lane's adjoint from registers (autodiff.DIRECT_ADJOINT);
+    other strategies, scalar recurrences, the CPU and an explicit tile_layout keep theirs."""
+    vector = ex.grad(ex.PRESETS["selective scan"])
+    scalar = ex.grad(ex.PRESETS["affine scan"])
+    assert vector.compile(target="cuda").scan_plan.layout == "direct"
+    assert vector.compile(target="cuda", strategy="warp_shuffle").scan_plan.layout == "staged"
+    assert vector.compile(target="cuda", tile_layout="staged").scan_plan.layout == "staged"
+    assert vector.compile(target="cpu").scan_plan.layout == "staged"
+    assert scalar.compile(target="cuda").scan_plan.layout == "staged"
