@@ -159,3 +159,14 @@ def test_torch_op_sets_the_policy(op_of: Any) -> None:
     assert torch_op(op.compiled) is op and op.fuse_backward == "never"   # None: unchanged
     with pytest.raises(ValueError, match="fuse_backward"):
         torch_op(op.compiled, fuse_backward="maybe")
+
+
+def test_a_compile_is_logged(op_of: Any, caplog: Any) -> None:
+    op = op_of(AFFINE)
+    op.fuse_backward = "always"
+    arrays, _ = _inputs(AFFINE)
+    with caplog.at_level("INFO", logger="explorer.fused_backward"):
+        _grads(op, arrays)
+        _grads(op, arrays)
+    compiled = [r for r in caplog.records if r.name == "explorer.fused_backward"]
+    assert len(compiled) == 1 and "compiled the fused backward" in compiled[0].getMessage()
