@@ -143,6 +143,8 @@ class FusedBackward:
         except Exception as err:  # noqa: BLE001 - any failure keeps the eager formulas
             why = f"{type(err).__name__}: {err}".splitlines()[0][:300]
             with self._lock:
+                if len(self._failed) > 64 * KEPT:
+                    self._failed.clear()
                 self._failed[key] = why
             warnings.warn(f"the fused backward of {self.op!r} could not be compiled for these "
                           f"shapes ({why}); its gradients run as eager torch operations",

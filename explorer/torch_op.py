@@ -41,9 +41,10 @@ term, not a sum into zeros.  For the selective scan the adjoint reads ``h[t-1]``
 of the saved states) and returns ``dL/ddt`` and ``dL/dx`` summed over n as its readouts
 (:mod:`explorer.autodiff`); ``dL/dB``, ``dL/dC`` and ``dL/dA`` are torch operations on ``lam``.
 
-Fused backward: in eager mode the backward of a vector recurrence on CUDA tensors runs, from
-the second call of the same shapes, as one graph traced from these formulas and compiled by
-``torch.compile`` (:mod:`explorer.fused_backward`; ``fuse_backward=`` of :func:`torch_op`).
+Fused backward: in eager mode the backward of a vector recurrence on float32 CUDA tensors
+runs, from the second call of the same shapes, as one graph traced from these formulas and
+compiled by ``torch.compile`` (:mod:`explorer.fused_backward`; ``fuse_backward=`` of
+:func:`torch_op`).
 
 Host time: CUDA calls go through :meth:`explorer.runtime.cuda.CudaKernel.launch_torch`, which
 keeps a launch plan per shapes and strides (:mod:`explorer.runtime.cuda_plan`), so a repeated
