@@ -278,9 +278,7 @@ class RecurrenceOp:
         self._compiles: dict[tuple[str, str], Compiled] = {}
         self._compile_lock = threading.Lock()
         self.ops = TorchOps()
-        #: when the eager backward runs its gradient formulas fused (one of
-        #: :data:`explorer.fused_backward.POLICIES`; see that module)
-        self.fuse_backward = "auto"
+        self._fuse_backward = "auto"
         self.fused = FusedBackward(self)
         key = compiled.key
         forward = _Runner(self.specs, self.reverse, self._forward_for)
@@ -301,6 +299,17 @@ class RecurrenceOp:
                    for n, _, _ in self.specs.h0]
         params.append(inspect.Parameter("L", inspect.Parameter.KEYWORD_ONLY, default=None))
         self.__signature__ = inspect.Signature(params)
+
+    @property
+    def fuse_backward(self) -> str:
+        """When the eager backward runs its gradient formulas fused: one of
+        :data:`explorer.fused_backward.POLICIES` (see that module); True and False are read as
+        ``"always"`` and ``"never"``, anything else is refused."""
+        return self._fuse_backward
+
+    @fuse_backward.setter
+    def fuse_backward(self, value: str | bool) -> None:
+        self._fuse_backward = check_policy(value)
 
     def __repr__(self) -> str:
         args = ", ".join(self.specs.names)

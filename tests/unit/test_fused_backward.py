@@ -159,6 +159,11 @@ def test_torch_op_sets_the_policy(op_of: Any) -> None:
     assert torch_op(op.compiled) is op and op.fuse_backward == "never"   # None: unchanged
     with pytest.raises(ValueError, match="fuse_backward"):
         torch_op(op.compiled, fuse_backward="maybe")
+    op.fuse_backward = True
+    assert op.fuse_backward == "always"
+    with pytest.raises(ValueError, match="fuse_backward must be one of"):
+        op.fuse_backward = "bogus"   # the attribute is checked too
+    assert op.fuse_backward == "always"
 
 
 def test_a_compile_is_logged(op_of: Any, caplog: Any) -> None:
