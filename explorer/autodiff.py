@@ -85,9 +85,10 @@ GRADIENT = "grad_sum_{}"  # a gradient summed over n in the adjoint's kernel (a 
 #: registers (``tile_layout="direct"``) instead of through the stage: the adjoint streams every
 #: lane's ``lam`` out. Measured on an H100 (``bench/grad_speed.py --kernels``, selective scan):
 #: the Blelloch adjoint kernel 5.30 -> 3.23 ms at 8 x 1536 x 16 x 2^11 and 0.299 -> 0.175 ms at
-#: 2 x 512 x 16 x 2^10, the same at 256, 384 and 640 threads an SM (spills 0 to 608 bytes, so
-#: not their cost); one warp of ``warp_shuffle`` ran slower direct (3.36 -> 6.41 ms), so it
-#: keeps the plan's choice
+#: 2 x 512 x 16 x 2^10; either layout ran the same at every occupancy asked of ptxas (direct:
+#: 256, 384, 640 threads an SM, 0, 16, 428 bytes of spills; staged: 256, 640, 0 and 608 bytes),
+#: so the spills are not the cost; one warp of ``warp_shuffle`` ran slower direct (3.36 -> 6.41
+#: ms), so it keeps the plan's choice
 DIRECT_ADJOINT = ("blelloch",)
 
 
