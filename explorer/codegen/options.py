@@ -68,6 +68,12 @@ def lookback_supported(chip: str) -> bool:
     return CHIP_PTX[chip] >= LOOKBACK_MIN_PTX
 
 
+#: the most elements a thread of the look-back kernel composes (``lookback_elements``) and the
+#: most tiles each lane of its walk examines (``lookback_tiles``), powers of two: what the
+#: lowering implements (a recorded plan is checked against them too)
+LOOKBACK_ELEMENTS_MAX = 32
+LOOKBACK_TILES_MAX = 16
+
 #: the widest tile access (``vector_width``) in elements: 8 float32 workspace elements are 32
 #: bytes, two 16-byte accesses on NVIDIA GPUs
 VECTOR_MAX = 8
@@ -221,11 +227,11 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                           f"(nanosleep); the PTX for {chip} declares "
                           f"{CHIP_PTX[chip] / 10:.1f}: choose grid 'chunked' or a later chip")
     lookback_tiles = _power_of_two(options.get("lookback_tiles", defaults.lookback_tiles),
-                                   "lookback_tiles", 1, 16)
+                                   "lookback_tiles", 1, LOOKBACK_TILES_MAX)
     lookback_elements = options.get("lookback_elements", defaults.lookback_elements)
     if lookback_elements != "auto":
         lookback_elements = _power_of_two(lookback_elements, "lookback_elements (or 'auto')",
-                                          1, 32)
+                                          1, LOOKBACK_ELEMENTS_MAX)
     outputs = _outputs(options.get("outputs", defaults.outputs))
     varlen = options.get("varlen", defaults.varlen)
     if not isinstance(varlen, bool):

@@ -471,20 +471,21 @@ def _lookback_from(raw: Any) -> Lookback | None:
 
 
 def _check_lookback(plan: Plan) -> None:
-    """A look-back grid has its ``scan.lookback`` (a warp of lanes, a power of two up to 16
-    tiles a lane), and no other grid has one."""
+    """A look-back grid has its ``scan.lookback`` (a warp of lanes), and no other grid has one."""
+    from explorer.codegen.options import LOOKBACK_ELEMENTS_MAX as EMAX
+    from explorer.codegen.options import LOOKBACK_TILES_MAX as TMAX
     look = plan.lookback
     if (look is not None) != (plan.grid.scheme == "lookback"):
         raise ValueError("scan.lookback goes with the lookback grid, and only with it")
     if look is not None:
         t = look.tiles_per_lane
-        if look.lanes != LOOKBACK_LANES or not 1 <= t <= 16 or t & (t - 1):
+        if look.lanes != LOOKBACK_LANES or not 1 <= t <= TMAX or t & (t - 1):
             raise ValueError(f"a look-back of {look.lanes} lanes x {t} tiles is not one the "
-                             "lowering implements (a warp of 32, 1 to 16 tiles a lane)")
+                             f"lowering implements (a warp of 32, 1 to {TMAX} tiles a lane)")
         e = look.elements
-        if not 1 <= e <= 32 or e & (e - 1):
+        if not 1 <= e <= EMAX or e & (e - 1):
             raise ValueError(f"a look-back tile of {e} elements a thread is not one the "
-                             "lowering implements (a power of two up to 32)")
+                             f"lowering implements (a power of two up to {EMAX})")
         if plan.grid.tile != plan.threads * e:
             raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
                              f"{plan.threads} threads x {e} elements")
