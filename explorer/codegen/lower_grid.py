@@ -203,7 +203,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     def streams(n: Value) -> tuple[Seq, list[Stream]]:
         seq = gen.seq(c, n, set(lane_names) | gen.scan_params)
-        return seq, gen.in_streams(seq, lane_names)
+        return seq, gen.in_streams(seq, lane_names, end_first=False)
 
     def stage_channel(t0: Value, t1: Value) -> None:
         """The channel's inputs and values at the tile's steps, into ``shared``."""
@@ -297,7 +297,8 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 then = (at_rows(next_rows), b2, min_i(end, add_i(b2, ci(T))))
             # ragged_total: only the chunk's last tile ends inside a tile, and the state after
             # it (left in the carry slot) is read by no later tile
-            out = block_scan(gen, th, E, stage, aggbuf, ins, gen.out_streams(seq), element,
+            outs = gen.out_streams(seq, end_first=False)
+            out = block_scan(gen, th, E, stage, aggbuf, ins, outs, element,
                              outputs if gen.scan_outputs else None, t0, t1, init, "inclusive",
                              accumulate=accumulate, extra=shared,
                              prefetched=pref if th.gpu else None, then=then,
