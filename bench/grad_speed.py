@@ -297,7 +297,7 @@ class AffineProblem(Problem):
             (torch.stack(hs, -1) * g[:2].double().cpu()).sum().backward()
             return {"a": a.grad, "b": b.grad}
         da, db = [], []
-        for c in range(2):
+        for c in range(min(2, len(xs["a"]))):
             A = xs["a"][c].detach().double().cpu().tolist()
             B = xs["b"][c].detach().double().cpu().tolist()
             G = g[c].double().cpu().tolist()

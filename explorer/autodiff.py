@@ -38,7 +38,7 @@ without it).  For an input without the axis n of a vector recurrence, the sum ov
 terms is a **readout of the adjoint** (``grad_sum_dt[t] = sum(lam_h[t, n] * (...))``, the past
 state read as an input ``fwd_h_prev[t, n]``): a lane-loop plan reduces it in the adjoint's own
 kernel, and the B x D x N x L products of those terms are never laid out
-(:func:`_summed_readouts`).
+(:func:`explorer.summed_readouts.summed_readouts`).
 
 **Saved for backward**: the inputs, parameters and initial states given to the forward, and the
 forward's state trajectories ``h[t]`` (outputs of the forward anyway): nothing else.
@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,7 @@ from explorer.frontend.names import RESERVED_NAMES, h0_name
 from explorer.frontend.recurrence import FUNCTIONS, Recurrence
 from explorer.passes.affine import AffineForm, LaneSum, decompose, state_symbol, symbol
 from explorer.spelling import MUL, Unprintable, spell, to_text, wrap
+from explorer.summed_readouts import summed_readouts
 
 #: how the names of the backward recurrence are formed from those of the forward
 ADJOINT = "lam_{}"        # the adjoint of state h: lam_h (lam_h_1 for the companion h[t-1])
@@ -74,8 +75,6 @@ NEXT = "{}_next"          # input x one step later: x_next[t] = x[t+1]
 COTANGENT = "grad_{}"     # dL/dh[t], dL/dy[t]
 TRAJECTORY = "fwd_{}"     # the forward's h[t], read by a readout's derivative
 DIRECT = "d_{}"           # a direct term passed as an array
-PREVIOUS = "fwd_{}_prev"  # the forward's h[t-1], read by a gradient summed in the adjoint
-GRADIENT = "grad_sum_{}"  # a gradient summed over n in the adjoint's kernel (a readout)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,6 +129,16 @@ class BackwardNames:
     previous: dict[str, str] = field(default_factory=dict)
     #: forward input -> the readout of the backward that sums its scan terms over n
     summed: dict[str, str] = field(default_factory=dict)
+
+    #: the backward's inputs that are the forward's arrays at another time, read in place by
+    #: its compiles (``read_offsets``, the plan's ``scan.read``): for a scalar state ``x_next``
+    #: is ``x`` at t + 1 and ``fwd_h_prev`` the saved ``h`` at t - 1 (zero at t = 0 in the
+    #: kernel: the gradients add the initial state's share of that step). A vector
+    #: recurrence's are passed as shifted copies: read in place, they made its adjoint's lane
+    #: loop slower (H100, selective scan, 8 x 1536 x 16 x 2^11, adjoint kernel 3.2 ms: 10.4
+    #: ms with ``dt_next`` and ``fwd_h_prev`` in place, 8.0 with ``dt_next`` alone, which
+    #: changed 50 of its 1408 PTX instructions and took ptxas from 428 to 760 bytes of spills)
+    read_offsets: dict[str, int] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,8 +229,10 @@ class Backward:
         ``reverse=True`` (its ``lam[t-1]`` is ``lam[t+1]`` in time), cached like any compile.
 
         Every output is stored (``outputs="all"``: the gradients read the adjoints and the
-        summed readouts). On the GPU the Blelloch adjoint of a vector recurrence takes direct
-        tiles unless ``tile_layout`` is given (:data:`DIRECT_ADJOINT`)."""
+        summed readouts); the forward's arrays it reads at another time are read in place
+        (``read_offsets``: :attr:`BackwardNames.read_offsets`). On the GPU the Blelloch adjoint
+        of a vector recurrence takes direct tiles unless ``tile_layout`` is given
+        (:data:`DIRECT_ADJOINT`)."""
         from explorer.compiler import compile as _compile
         from explorer.errors import OptionError
 
@@ -229,6 +240,9 @@ class Backward:
             raise OptionError("the adjoint scan always runs backwards in time (reverse=True)")
         # its states (the adjoints) and its readouts (the gradients summed over n) are read
         options.setdefault("outputs", "all")
+        # the forward's arrays at t + 1 and t - 1 are read in place, not copied shifted
+        if self.names.read_offsets:
+            options.setdefault("read_offsets", self.names.read_offsets)
         if (target == "cuda" and strategy in DIRECT_ADJOINT and self.forward.vector
                 and options.get("tile_layout", "auto") == "auto"):
             options["tile_layout"] = "direct"
@@ -255,6 +269,9 @@ class Backward:
         rec = self.forward
         opts = dict(options or {})
         reverse = bool(opts.pop("reverse", False))
+        if opts.pop("read_offsets", None):
+            raise ValueError("vjp differentiates the recurrence as written: no read_offsets "
+                             "(the adjoint's own are chosen by compile())")
         known = set(rec.inputs) | set(rec.params) | {h0_name(s) for s in rec.states}
         extra = sorted(set(arrays) - known)
         if extra:
@@ -281,7 +298,8 @@ class Backward:
                 if v is not None}
         from explorer.gradients import NUMPY, gradients
 
-        return gradients(self, NUMPY, given, states, cots, scan, reverse=reverse)
+        return gradients(self, NUMPY, given, states, cots, scan, reverse=reverse,
+                         in_place=dict(back.options.get("read_offsets") or ()))
 
 
 _CACHE: dict[str, Backward] = {}
@@ -426,10 +444,12 @@ def _derive(rec: Recurrence) -> Backward:
                     if A[i, form.component_index(s)] != 0] for s in rec.states}
     previous: dict[str, str] = {}
     summed: dict[str, str] = {}
-    if vector:
-        text, back, previous, summed = _summed_readouts(
-            rec, comps, adjoint, scan_terms, namer, text, back, label, timed, lane_names, ref)
-    names = BackwardNames(adjoint, nxt, cot, trajectory, direct_arrays, previous, summed)
+    text, back, previous, summed = summed_readouts(
+        rec, comps, adjoint, scan_terms, namer, text, back, label, timed, lane_names, ref)
+    offsets = {} if vector else {**{v: 1 for v in nxt.values()},
+                                 **{v: -1 for v in previous.values()}}
+    names = BackwardNames(adjoint, nxt, cot, trajectory, direct_arrays, previous, summed,
+                          offsets)
     # common subexpressions, named once (evaluated on first use: only what a call needs)
     keys: list[tuple[str, str, Any]] = [("direct", "", i) for i in direct]
     keys += [("scan", n, i) for n, terms in scan_terms.items() for i, _ in terms]
@@ -442,59 +462,6 @@ def _derive(rec: Recurrence) -> Backward:
     shared = {sym.name: e for sym, e in pairs}
     return Backward(rec, form, text, back, names, direct, scan_terms, readout_terms, h0_terms,
                     shared, dict(zip(keys, reduced)))
-
-
-def _summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
-                     adjoint: dict[tuple[str, int], str],
-                     scan_terms: dict[str, list[tuple[int, sympy.Expr]]], namer: _Namer,
-                     text: str, back: Recurrence, label: str, timed: set[str],
-                     lane_names: set[str], ref: Callable[[str], str]
-                     ) -> tuple[str, Recurrence, dict[str, str], dict[str, str]]:
-    """Readouts of the adjoint recurrence that sum the scan terms of a gradient over n.
-
-    For an input ``x[t]`` without the axis n of a vector recurrence, the scan terms of
-    ``dL/dx[t]`` are ``sum_n lam[t, n] * (dA_t/dx s_{t-1} + db_t/dx)[n]``: a lane-summed readout
-    of the adjoint, which a lane-loop plan reduces in the adjoint's own kernel (the B x D x N x L
-    products are never laid out). The past states ``s[t-1]`` enter as inputs
-    ``fwd_<state>_prev[t, n]``. Terms the language cannot spell, or that read a state two or
-    more steps back, stay with the elementwise formulas. Returns the adjoint's text and
-    recurrence (with the readouts, when any), the past-state inputs and input -> readout."""
-    previous: dict[str, str] = {}
-    summed: dict[str, str] = {}
-    lines: list[str] = []
-    past = {state_symbol(st, 1).name: st for st in rec.states}
-    lane_of = set(rec.lane_names)
-    for name in rec.inputs:
-        terms = scan_terms.get(name, [])
-        if name in lane_of or not terms or any(comps[i][1] for i, _ in terms):
-            continue
-        reads = {sym.name for _, e in terms for sym in e.free_symbols}
-        if any("[" in r and r not in past for r in reads):
-            continue   # a state at t or two or more steps back (``h[t-2]``): not an input here
-        new_prev = {past[r]: previous.get(past[r]) or namer(PREVIOUS.format(past[r]))
-                    for r in reads if r in past}
-
-        def name_of(sym: str, new_prev: dict[str, str] = new_prev) -> str:
-            if sym in past:
-                return f"{new_prev[past[sym]]}[t, n]"
-            return ref(sym)
-        try:
-            body = " + ".join(f"{adjoint[comps[i]]}[t, n] * {wrap(spell(e, name_of), MUL)}"
-                              for i, e in terms)
-        except Unprintable:
-            continue
-        previous.update(new_prev)
-        summed[name] = namer(GRADIENT.format(name))
-        lines.append(f"{summed[name]}[t] = sum({body})")
-    if not lines:
-        return text, back, {}, {}
-    timed |= set(previous.values())
-    lane_names |= set(previous.values())
-    full = text + "\n" + "\n".join(lines)
-    try:
-        return full, Recurrence.parse(full, name=label), previous, summed
-    except RecurrenceError:   # a readout the language refuses: the formulas keep them all
-        return text, back, {}, {}
 
 
 __all__ = ["Backward", "BackwardNames", "Unprintable", "grad", "lane_diff", "to_text"]

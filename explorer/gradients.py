@@ -248,7 +248,8 @@ def _next(x: Any, ops: Ops) -> Any:
 def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping[str, Any],
               cotangents: Mapping[str, Any], scan: Callable[[dict[str, Any]], dict[str, Any]],
               reverse: bool = False, L: int | None = None,
-              needed: set[str] | None = None) -> dict[str, Any]:
+              needed: set[str] | None = None,
+              in_place: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The gradients of every array in ``arrays`` (names of the forward: inputs, parameters,
     initial states), shaped like them.
 
@@ -256,6 +257,8 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
     (missing: zero), all shaped as the forward returns them; ``scan(call)`` runs the compiled
     adjoint on ``call`` (name -> array, the backward recurrence's own layout) and returns its
     states.  ``reverse``: the forward was a reverse scan.  ``needed`` restricts the result.
+    ``in_place``: the adjoint's inputs that ``scan`` reads at another time itself (the
+    compile's ``read_offsets``): they are passed as the forward's arrays, not shifted copies.
     """
     rec, form = bw.forward, bw.form
     names = bw.names
@@ -312,16 +315,20 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
     # --- the adjoint scan --------------------------------------------------------------------
     call: dict[str, Any] = {}
     brec = bw.recurrence
+    moved = dict(in_place or {})
+    if any(names.read_offsets.get(n) != k for n, k in moved.items()):
+        raise ValueError(f"the adjoint reads {moved} in place; the backward's arrays at other "
+                         f"times are {names.read_offsets}")
     for n in brec.inputs + brec.params:
         if n in names.next.values():
             x = next(k for k, v in names.next.items() if v == n)
-            value = ops.next(env[x])
+            value = env[x] if n in moved else ops.next(env[x])
         elif n in names.trajectory.values():
             s = next(k for k, v in names.trajectory.items() if v == n)
             value = env[state_symbol(s, 0).name]
         elif n in names.previous.values():   # h[t-1], read by the adjoint's summed readouts
             s = next(k for k, v in names.previous.items() if v == n)
-            value = env[state_symbol(s, 1).name]
+            value = env[state_symbol(s, 0 if n in moved else 1).name]
         elif n in names.direct.values():
             c = next(k for k, v in names.direct.items() if v == n)
             i = form.components.index(c)
@@ -347,6 +354,8 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         grads = []
         if n in names.summed:   # the scan terms, summed over n in the adjoint's kernel
             grads.append(lam_call[names.summed[n]].reshape((*batch, 1, length)))
+            if any(v in moved for v in names.previous.values()):
+                grads += _first_step(bw, n, ops, views, traj, h0, lam, full)
         else:
             for i, _ in bw.scan_terms.get(n, []):
                 grads.append(product(bw.reduced[("scan", n, i)], env, ops, full, lam[i]))
@@ -375,6 +384,45 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
             g = g + reduce_to(lam[i][..., :1] * evaluate(e, at0, ops, full), canon, ops)
         out[key] = g.reshape(shapes[key])
     return out
+
+
+def _first_step(bw: Backward, name: str, ops: Ops, views: Mapping[str, Any],
+                traj: Mapping[str, Any], h0: Mapping[str, Any], lam: Mapping[int, Any],
+                full: tuple[int, ...]) -> list[Any]:
+    """The share of the initial states in the summed gradient of ``name`` at t = 0, as a
+    ``batch + (1, L)`` array zero after t = 0 (none when no initial state is given): the
+    adjoint's kernel read the states at t - 1 in place, zero before the first step, and a
+    scan term is linear in them, so the share is the term with ``h[-1] = h0`` less the term
+    with zero, summed over n."""
+    rec = bw.forward
+    if all(h0.get(s) is None for s in rec.states):
+        return []
+    first = {k: (v[..., :1] if k in rec.inputs else v) for k, v in views.items()
+             if k in rec.inputs or k in rec.params}
+    for s in rec.states:
+        first[state_symbol(s, 0).name] = traj[s][..., :1]
+    past = {state_symbol(s, 1).name: s for s in rec.states}
+    x = traj[rec.states[0]]
+    share = None
+    for i, e in bw.scan_terms.get(name, []):
+        if not any(sym.name in past for sym in e.free_symbols):
+            continue
+        diff = None
+        for given in (True, False):
+            env = dict(first)
+            for sym, s in past.items():
+                v = h0.get(s) if given else None
+                at0 = traj[s][..., :1]
+                env[sym] = v if v is not None else ops.zeros(tuple(ops.shape(at0)), x)
+            term = evaluate(e, env, ops, (*full[:-1], 1))
+            diff = term if diff is None else diff - term
+        part = ops.sum(lam[i][..., :1] * diff, -2)
+        share = part if share is None else share + part
+    if share is None:
+        return []
+    L = full[-1]
+    lead = tuple(ops.shape(share))[:-1]
+    return [ops.cat([share, ops.zeros((*lead, L - 1), x)]) if L > 1 else share]
 
 
 def _call_layout(x: Any, timed: bool, lane: bool) -> Any:

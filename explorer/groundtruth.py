@@ -19,7 +19,7 @@ as written, step by step, without the affine decomposition.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,30 @@ def _split_h0(rec: Recurrence, arrays: dict[str, Any]) -> tuple[dict[str, Any], 
         if spec.name in data:
             h0[spec.name] = data.pop(spec.name)
     return data, h0
+
+
+def at_offsets(arrays: Mapping[str, Any], offsets: Any) -> dict[str, Any]:
+    """The arrays a compile with ``read_offsets`` (the plan's ``scan.read``) reads: each
+    named one (indexed by time along its last axis) moved by its offset in time, ``x[t + k]``,
+    zero where ``t + k`` is outside the sequence (float64); the others as they are. Apply
+    before flipping the inputs of a reverse compile: offsets are in time, not scan order."""
+    shift = dict(offsets or ())
+    out: dict[str, Any] = {}
+    for name, x in arrays.items():
+        k = shift.get(name, 0)
+        if not k:
+            out[name] = x
+            continue
+        x = np.asarray(x, dtype=np.float64)
+        y = np.zeros_like(x)
+        L = x.shape[-1]
+        if abs(k) < L:
+            if k > 0:
+                y[..., :L - k] = x[..., k:]
+            else:
+                y[..., -k:] = x[..., :L + k]
+        out[name] = y
+    return out
 
 
 def _results(rec: Recurrence, out: dict[str, np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:

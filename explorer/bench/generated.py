@@ -53,6 +53,8 @@ def generated(path: str | os.PathLike[str], name: str | None = None,
     label = name or f"scanweaver-{art.strategy or Path(path).name}"
     try:
         state, a_name, b_name = artifact_roles(art)
+        if art.options.get("read_offsets"):
+            raise Skip("reads inputs at other times (read_offsets)")
         if art.outputs and art.outputs[0] != state:
             # the affine path compares the state's whole trajectory: a compile storing its
             # last state alone goes the general way (which says what it can check)
@@ -160,7 +162,7 @@ def general_problem(art: Any, kernel: Any, C: int, L: int, N: int,
 
     import explorer
     from explorer.bench.inputs import random_inputs
-    from explorer.groundtruth import named_outputs
+    from explorer.groundtruth import at_offsets, named_outputs
 
     lanes = N if kernel.vector else 1
     arrays = random_inputs(kernel, C, L, N, seed=C + L)
@@ -180,8 +182,9 @@ def general_problem(art: Any, kernel: Any, C: int, L: int, N: int,
         x = x if channels is None else x[channels]
         return x[..., steps] if name in timed else x
 
+    shifted = at_offsets(arrays, art.options.get("read_offsets"))
     given = {k: flip(part(k, v)) if reverse and k in timed else part(k, v)
-             for k, v in arrays.items()}
+             for k, v in shifted.items()}
     ref = explorer.reference(art.recurrence, L=None if timed_length else span, **given)
     # the outputs over time (a last state cannot be checked on the first steps sampled)
     refs = named_outputs(art.recurrence, ref)

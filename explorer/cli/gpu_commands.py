@@ -37,10 +37,11 @@ def reference_outputs(kernel: Any, arrays: dict[str, Any], L: int | None = None
 
     def flip(x: Any) -> Any:
         return np.ascontiguousarray(np.asarray(x)[..., ::-1])
+    from explorer.groundtruth import at_offsets, named_outputs, stored_reference
+
+    arrays = at_offsets(arrays, kernel.artifact.options.get("read_offsets"))
     if reverse:
         arrays = {k: flip(v) if k in timed else v for k, v in arrays.items()}
-    from explorer.groundtruth import named_outputs, stored_reference
-
     ref = explorer.reference(kernel.artifact.recurrence, L=L, **arrays)
     trajectories = {k: flip(v) if reverse else np.asarray(v)
                     for k, v in named_outputs(kernel.artifact.recurrence, ref).items()}

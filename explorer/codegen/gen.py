@@ -146,6 +146,17 @@ class Seq:
     readout_base: Value        # offset of (c, t=0) in a readout
 
 
+def offset_load(array: Value, row: Value, time: Value, k: int, limit: Value) -> Value:
+    """``array[row + time + k]``, zero where ``time + k`` is outside ``0 .. limit`` (the
+    index clamped into the row, so that no access leaves it: ``time`` itself may be outside
+    the row, at a position past the end that a tile loads ahead)."""
+    tk = add_i(time, ci(k))
+    ok = arith.andi(arith.cmpi(arith.CmpIPredicate.sle, tk, limit),
+                    arith.cmpi(arith.CmpIPredicate.sge, tk, ci(0)))
+    safe = arith.maxsi(arith.minsi(tk, limit), ci(0))
+    return arith.select(ok, memref.load(array, [add_i(row, safe)]), cf(0.0))
+
+
 @dataclass
 class Stream:
     """A row of a timed array read or written by position: ``array[row + t]``, or
@@ -163,10 +174,21 @@ class Stream:
     last: Value | None = None
     loc: Any = None       # the location of the term that reads it, for its loads
     end_first: bool = False
+    #: read in place at time ``t + offset`` (the plan's ``scan.read``), zero outside
+    #: ``0 .. limit`` (``limit``: L - 1, given with an offset)
+    offset: int = 0
+    limit: Value | None = None
 
     def load(self, t: Value) -> Value:
         with self.loc or nullcontext():
+            if self.offset:
+                assert self.limit is not None
+                return offset_load(self.array, self.row, self.time(t), self.offset, self.limit)
             return memref.load(self.array, [self.at(t)])
+
+    def time(self, t: Value) -> Value:
+        """The time of scan position ``t``."""
+        return t if self.last is None else arith.subi(self.last, t)
 
     def at(self, t: Value) -> Value:
         if self.last is None:
@@ -195,6 +217,8 @@ class Gen:
         self.C, self.N, self.L = C, N, L
         #: the per-call chunk length (Blelloch), set when the arguments are bound
         self.Tc: Value | None = None
+        #: inputs read in place at another time (``scan.read``): name -> offset
+        self.offsets: dict[str, int] = dict(options.read_offsets)
         #: a varlen plan's segment marks (``scan.segments``), set when the arguments are bound
         self.marks: Value | None = None
         #: the inputs that may come with a row per block of channels, and the channels that
@@ -263,8 +287,18 @@ class Gen:
     def value(self, seq: Seq, name: str, t: Value) -> Value:
         if name in seq.timed_base:
             with self.loc(name):
-                return memref.load(self.arrays[name], [self.at(seq.timed_base[name], t)])
+                return self.load_timed(name, seq.timed_base[name], t)
         return seq.params[name]
+
+    def load_timed(self, name: str, row_start: Value, t: Value) -> Value:
+        """Timed input ``name`` at scan position ``t`` of the row starting at ``row_start``
+        (at its offset in time, :attr:`offsets`)."""
+        k = self.offsets.get(name, 0)
+        if not k:
+            return memref.load(self.arrays[name], [self.at(row_start, t)])
+        last = arith.subi(self.L, ci(1))
+        time = arith.subi(last, t) if self.reverse else t
+        return offset_load(self.arrays[name], row_start, time, k, last)
 
     def _state_at(self, seq: Seq, j: Value | None) -> Value:
         """Where a state of ``seq`` is in an initial or last state array: ``(c, n)`` of
@@ -327,8 +361,9 @@ class Gen:
         return arith.subi(self.L, ci(1)) if self.reverse else None
 
     def in_streams(self, seq: Seq, names: Sequence[str], end_first: bool = True) -> list[Stream]:
+        limit = arith.subi(self.L, ci(1)) if any(n in self.offsets for n in names) else None
         return [Stream(self.arrays[n], seq.timed_base[n], self._last(), self.locs.get(n),
-                       end_first) for n in names]
+                       end_first, self.offsets.get(n, 0), limit) for n in names]
 
     def out_streams(self, seq: Seq, end_first: bool = True) -> list[Stream]:
         last = self._last()

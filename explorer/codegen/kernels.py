@@ -188,9 +188,9 @@ def options_for(options: Options, plan: Any) -> Options:
     reverse = plan.grid.direction == "reverse"
     if plan.tree == "none":
         return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse,
-                       outputs=plan.stored, varlen=plan.segments)
+                       outputs=plan.stored, varlen=plan.segments, read_offsets=plan.reads)
     return replace(options, strategy=plan.tree, block_size=plan.threads, outputs=plan.stored,
-                   varlen=plan.segments,
+                   varlen=plan.segments, read_offsets=plan.reads,
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
                    reverse=reverse, grid=plan.grid.scheme, vector_width=plan.vector_width,
                    tile_layout=plan.layout,

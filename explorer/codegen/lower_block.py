@@ -39,12 +39,21 @@ from explorer.codegen.threads import (
 )
 from explorer.codegen.tiles import (
     direct_write,
+    edge_slot,
     held_value,
+    scan_shift,
     streams_aligned,
     tile_loads,
     tile_slots,
     wide_store,
 )
+
+
+def _storer(v: Value, buf: Value, i: Value) -> Callable[[], None]:
+    """A store of ``v`` into ``buf[i]``, to run under a condition."""
+    def store() -> None:
+        memref.store(v, buf, [i])
+    return store
 
 
 def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Element],
@@ -173,11 +182,30 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                   last: Value = last) -> list[Value]:
         return tile_loads(streams, tid, t0, last, E, bs, VL, direct, aligned)
 
-    def put_tile(tid: Value, vals: list[Value]) -> None:
+    # streams read at an offset in time: loaded at the tile's own positions, moved here
+    moved = [q for q, s in enumerate(ins) if s.offset] if not direct else []
+
+    def put_tile(tid: Value, vals: list[Value], t0: Value) -> None:
         for k, p in enumerate(slots(tid, VL)):
             i = pad(p)
             for q in range(nin):
-                memref.store(held_value(vals, k, q, nin, VL), stage[q], [i])
+                v = held_value(vals, k, q, nin, VL)
+                if q not in moved:
+                    memref.store(v, stage[q], [i])
+                    continue
+                # position p holds the value of position p - m of the moved stream, when p
+                # was loaded from the range (the others are its edge slots)
+                dst = arith.subi(p, ci(scan_shift(ins[q])))
+                ok = arith.andi(arith.andi(arith.cmpi(arith.CmpIPredicate.sge, dst, ci(0)),
+                                           lt_i(dst, ci(T))),
+                                arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, p), last))
+                if_then(ok, _storer(v, stage[q], pad(dst)))
+        for e, q in enumerate(moved):
+            m = abs(scan_shift(ins[q]))
+            slot = edge_slot(ins[q], tid, t0, last, T)
+            v = vals[len(vals) - len(moved) + e]
+            ok = arith.andi(lt_i(tid, ci(m)), arith.cmpi(arith.CmpIPredicate.sge, slot, ci(0)))
+            if_then(ok, _storer(v, stage[q], pad(slot)))
 
     def agg_load(i: Value) -> Element:
         return alg.pack([memref.load(b, [i]) for b in aggbuf])
@@ -228,10 +256,10 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         if direct:
             held[:] = pref
         elif th.gpu:
-            put_tile(th.tid, pref)      # type: ignore[arg-type]
+            put_tile(th.tid, pref, t0)      # type: ignore[arg-type]
             th.barrier()
         else:
-            th.each(lambda tid: put_tile(tid, load_tile(t0, tid)))
+            th.each(lambda tid: put_tile(tid, load_tile(t0, tid), t0))
             th.barrier()
         # the next tile's loads go out now and land while this tile is scanned
         if not th.gpu or single_tile:

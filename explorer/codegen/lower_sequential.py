@@ -213,7 +213,7 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                         c = arith.divui(s, gen.N)
                         row = gen.lane_row(name, c, arith.subi(s, mul_i(c, gen.N)))
                     with gen.loc(name):
-                        v = memref.load(gen.arrays[name], [gen.at(mul_i(row, gen.L), t)])
+                        v = gen.load_timed(name, mul_i(row, gen.L), t)
                     vals.append((where(warp, q, r, col), v))
             # the batch's loads are all in flight before its first store
             for at, v in vals:
@@ -247,8 +247,7 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                 raw: dict[str, Value] = {}
                 for name in lay.channel_raw:
                     with gen.loc(name):
-                        raw[name] = memref.load(gen.arrays[name],
-                                                [gen.at(mul_i(c, gen.L), t)])
+                        raw[name] = gen.load_timed(name, mul_i(c, gen.L), t)
                 par = gen.seq(c, ci(0), params).params if values else {}
 
                 def lookup(sym: sympy.Symbol, raw: dict[str, Value] = raw,

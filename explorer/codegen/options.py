@@ -114,7 +114,8 @@ class Options:
     #: apart from the plain kernel's ``elements_per_thread``: the look-back block holds one
     #: tile and waits on the tiles before it, so a longer tile keeps more bytes in flight per
     #: wait. ``"auto"``: twice ``elements_per_thread`` (at most 16) for a scalar first-order
-    #: state (measured on an H100 at 1 x 2^26: 16 a thread 0.77 of a copy, 8 a thread 0.64),
+    #: state (measured on an H100 at 1 x 2^26: 16 a thread 0.77 of a copy, 8 a thread 0.64)
+    #: whose tile moves at most three arrays (:data:`explorer.passes.plan.LOOKBACK_WIDE_STREAMS`),
     #: ``elements_per_thread`` otherwise (their elements take more registers)
     lookback_elements: int | str = "auto"
     #: the outputs the kernels write: one of OUTPUTS, or a tuple of output names (resolved
@@ -133,6 +134,11 @@ class Options:
     fast_math: str = "contract"
     #: one of TILE_LAYOUTS
     tile_layout: str = "auto"
+    #: timed inputs read in place at another time (the plan's ``scan.read``): ``(name, k)``
+    #: pairs, sorted; the array passed as ``name`` is read at time ``t + k`` for step t, zero
+    #: where ``t + k`` is outside the sequence. ``Backward.compile`` reads the forward's
+    #: arrays this way (``a_next`` is ``a`` at ``t + 1``) instead of shifted copies of them
+    read_offsets: tuple[tuple[str, int], ...] = ()
 
     @property
     def vector_elements(self) -> int:
@@ -186,7 +192,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
              "reverse", "grid", "lookback_tiles", "lookback_elements", "outputs", "out_dtype",
-             "varlen", "vector_width", "fast_math", "tile_layout"}
+             "varlen", "vector_width", "fast_math", "tile_layout", "read_offsets"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -265,7 +271,36 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                    lookback_tiles=lookback_tiles, lookback_elements=lookback_elements,
                    outputs=outputs, out_dtype=out_dtype,
                    varlen=varlen, vector_width=vector_width, fast_math=fast_math,
-                   tile_layout=tile_layout)
+                   tile_layout=tile_layout,
+                   read_offsets=_read_offsets(options.get("read_offsets", ())))
+
+
+#: the farthest in time an input may be read in place (``read_offsets``), either way
+READ_OFFSET_MAX = 8
+
+
+def _read_offsets(value: object) -> tuple[tuple[str, int], ...]:
+    """``read_offsets``: a mapping (or pairs) of input names to nonzero integer offsets in
+    time of at most READ_OFFSET_MAX steps either way, as sorted pairs. Which names are timed
+    inputs of the recurrence is checked by the plan, which knows them."""
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list | tuple) or len(pairs) > 64:
+        raise OptionError(f"read_offsets must map input names to time offsets, got "
+                          f"{value!r:.60}")
+    out: dict[str, int] = {}
+    for pair in pairs:
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise OptionError(f"read_offsets must map input names to time offsets, got "
+                              f"{value!r:.60}")
+        name, k = pair
+        if not isinstance(name, str) or not name.isidentifier() or name in out:
+            raise OptionError(f"read_offsets names each input once, by name: {name!r:.40}")
+        if isinstance(k, bool) or not isinstance(k, int) or k == 0 or \
+                abs(k) > READ_OFFSET_MAX:
+            raise OptionError(f"the time offset of {name} must be a nonzero integer of at "
+                              f"most {READ_OFFSET_MAX} steps either way, got {k!r:.40}")
+        out[name] = k
+    return tuple(sorted(out.items()))
 
 
 def _outputs(value: object) -> str | tuple[str, ...]:

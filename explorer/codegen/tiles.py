@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 
 from mlir.dialects import arith, memref, vector
 from mlir.ir import (
@@ -44,12 +45,13 @@ def streams_aligned(streams: Sequence[Stream], p: Value, V: int) -> Value:
     a 16-bit buffer then also starts on a V * 2-byte boundary)."""
     ok = None
     for s in streams:
+        if s.offset:    # loaded element by element (wide_load), aligned or not
+            continue
         ptr = memref.extract_aligned_pointer_as_index(s.array)
         bits = arith.andi(arith.ori(ptr, mul_i(_wide_index(s, p, V), ci(4))), ci(4 * V - 1))
         one = arith.cmpi(arith.CmpIPredicate.eq, bits, ci(0))
         ok = one if ok is None else arith.andi(ok, one)
-    assert ok is not None
-    return ok
+    return ok if ok is not None else arith.constant(IntegerType.get_signless(1), 1)
 
 
 def _alignment(V: int) -> IntegerAttr:
@@ -60,7 +62,11 @@ def _alignment(V: int) -> IntegerAttr:
 def wide_load(s: Stream, p: Value, V: int) -> Value:
     """The values of stream ``s`` at positions ``p .. p + V - 1``, in position order: one
     vector load (kept a vector until it is stored into the stage: LLVM turns a vector load
-    whose users all extract elements back into scalar loads)."""
+    whose users all extract elements back into scalar loads). A stream read at an offset in
+    time is not aligned with the tile: its V values are loaded one by one."""
+    if s.offset:
+        return vector.from_elements(VectorType.get([V], f32()),
+                                    [s.load(add_i(p, ci(j))) for j in range(V)])
     with s.loc or nullcontext():
         vec = vector.load(VectorType.get([V], f32()), s.array, [_wide_index(s, p, V)],
                           alignment=_alignment(V))
@@ -73,6 +79,26 @@ def wide_store(s: Stream, p: Value, vals: Sequence[Value]) -> None:
     ordered = list(vals) if s.last is None else list(vals)[::-1]
     vec = vector.from_elements(VectorType.get([V], f32()), ordered)
     vector.store(vec, s.array, [_wide_index(s, p, V)], alignment=_alignment(V))
+
+
+def scan_shift(s: Stream) -> int:
+    """How many scan positions after its own a stream read at an offset in time reads: the
+    offset, negated backwards in time."""
+    return s.offset if s.last is None else -s.offset
+
+
+def edge_slot(s: Stream, tid: Value, t0: Value, last: Value, T: int) -> Value:
+    """The tile slot whose value of a moved stream ``s`` thread ``tid`` loads itself, in the
+    staged layout (:func:`tile_loads`): with a shift of m positions the slots whose position
+    plus m lies outside the tile's loaded positions ``t0 .. last``: the last m valid slots
+    (m > 0) or the first -m (m < 0), one a thread (threads past them repeat the last). May be
+    negative (a slot before the tile: not stored)."""
+    m = scan_shift(s)
+    j = arith.minsi(tid, ci(abs(m) - 1)) if abs(m) > 1 else ci(0)
+    if m < 0:
+        return j
+    valid = arith.minsi(ci(T), add_i(arith.subi(last, t0), ci(1)))
+    return add_i(arith.subi(valid, ci(m)), j)
 
 
 def tile_slots(tid: Value, E: int, bs: int, W: int, direct: bool = False) -> list[Value]:
@@ -92,9 +118,24 @@ def tile_loads(streams: Sequence[Stream], tid: Value, t0: Value, last: Value, E:
     one ``vector<W x f32>`` per stream, loaded at once where the tile lies whole before
     ``last`` and every stream is aligned to W elements there, element by element otherwise
     (positions past ``last`` read ``last``). ``aligned``: that alignment, when the caller
-    knows it for all the tiles it loads (:func:`rows_aligned`), instead of a check here."""
+    knows it for all the tiles it loads (:func:`rows_aligned`), instead of a check here.
+
+    A stream read at an offset in time (``Stream.offset``, shifted m scan positions): in the
+    staged layout it is loaded as the tile's own positions (in vectors where it can), and the
+    block's stage moves it by m (``lower_block``'s ``put_tile``); the m values of positions
+    outside the tile are loaded one a thread at :func:`edge_slot`, after the others in the
+    result. In the direct layout its positions are loaded element by element."""
     T = bs * E
     held = tile_slots(tid, E, bs, W, direct)
+    moved = [s for s in streams if s.offset]
+    if moved and not direct:
+        plain = [replace(s, offset=0) if s.offset else s for s in streams]
+        vals = tile_loads(plain, tid, t0, last, E, bs, W, direct, aligned)
+        edges = []
+        for s in moved:
+            slot = edge_slot(s, tid, t0, last, T)
+            edges.append(s.load(add_i(t0, arith.maxsi(slot, ci(0)))))
+        return vals + edges
 
     def scalar() -> list[Value]:
         vals = []

@@ -16,7 +16,9 @@ step, and the last of them replaces them by ``gpu``/``scf``/``memref`` code:
   over blocks), ``scan.store`` (the outputs the kernels write) and, for a vector state with
   readouts, ``scan.lane_sum`` (where the sums over the lanes are computed), and with
   ``varlen=True`` ``scan.segments`` (sequences packed along time, the state restarted at each
-  start). The lowering reads these ops, so the tree drawn from them is the tree the kernels run.
+  start), and one ``scan.read`` per input read in place at another time (``offset``: the
+  array is read at ``t + offset`` for step t, zero outside the sequence). The lowering
+  reads these ops, so the tree drawn from them is the tree the kernels run.
 
 Every op takes no operands and produces no results; its attributes are its meaning. (IRDL ops
 cannot be terminators, so the dialect has no regions: order in the module is program order.)
@@ -42,6 +44,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "store": ("outputs",),
     "lane_sum": ("readouts", "scheme"),
     "segments": ("argument", "reset"),
+    "read": ("input", "offset"),
 }
 
 #: the dialect in IRDL: every attribute present, of any kind (the passes check their values)

@@ -40,6 +40,10 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   that nobody asked for is never written; ``<state>_last`` (``h_last``) is the state after the
   last step of each sequence, written once per sequence by whichever thread computes it (the
   state history itself is not stored unless asked for);
+* ``scan.read {input, offset}`` (option ``read_offsets``): the array passed as ``input`` is
+  read in place at time ``t + offset`` for step t (zero where that is outside the sequence):
+  the adjoint of a recurrence reads the forward's ``a`` as ``a_next`` (``a[t+1]``) and its
+  saved states as ``h[t-1]`` this way, with no shifted copy of them;
 * ``scan.segments {argument, reset = "leaf"}`` (``varlen=True``): sequences packed along time;
   the kernels read ``argument`` (per step: the sequence, whether it starts or ends there) and
   restart the state at each start by rewriting the leaf, ``(A_t, b_t) -> (0, A_t h0 + b_t)``
@@ -71,12 +75,21 @@ from typing import Any
 from explorer.dialect import scan
 from explorer.frontend.names import SEGMENT_MARKS
 from explorer.passes.outputs import stored_outputs
+from explorer.passes.plan_checks import (
+    LOOKBACK_LANES,
+    TREES,
+    check_lane_sum,
+    check_lookback,
+    check_reads,
+    check_vector,
+    lane_sum_from,
+    lookback_from,
+    reads_from,
+)
 from explorer.passes.plans import WARP_LANES, Level, ScanPlan, Step, warp_levels
 from explorer.passes.state import ScanState
 
 NAME = "scan-plan"
-#: the strategies whose block level is a tree over the threads' aggregates
-TREES = ("blelloch", "kogge_stone", "warp_shuffle")
 
 
 @dataclass(frozen=True)
@@ -92,9 +105,6 @@ class Sweep:
 
 #: the grid schemes of tree plans
 TREE_GRIDS = ("lookback", "chunked")
-#: the lanes that look back: one warp (read back from records where MLIR may be absent, so not
-#: taken from the code generator)
-LOOKBACK_LANES = 32
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,8 @@ class Plan:
     segments: bool = False             # packed variable-length sequences (scan.segments)
     vector_width: int = 1         # elements of one wide tile access (scan.thread; 1: scalar)
     layout: str = "staged"        # how the tile meets the threads (scan.thread): staged | direct
+    #: inputs read in place at another time (scan.read): (name, offset) pairs, sorted
+    reads: tuple[tuple[str, int], ...] = ()
 
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
@@ -233,13 +245,24 @@ def grid_scheme(form: Any, options: Any) -> str:
     return "lookback" if fits else "chunked"
 
 
+#: the most arrays (timed inputs and stored outputs) whose look-back tile may take twice the
+#: elements a thread: the affine scan's three (a, b, h). The adjoint of the affine scan moves
+#: five (a_next, grad_h, fwd_h_prev in; lam_h, grad_sum_a out): with 16 elements a thread its
+#: look-back kernel took 283 us at 16 x 2^20 on an H100 (ptxas at 48 registers: 344 bytes of
+#: spills; 282 to 286 us at 1024, 768 and 640 threads an SM), with 8 149 us (24 bytes)
+LOOKBACK_WIDE_STREAMS = 3
+
+
 def lookback_elements(form: Any, options: Any) -> int:
     """``lookback_elements`` resolved: twice ``elements_per_thread`` (at most 16) for a scalar
-    first-order state, ``elements_per_thread`` for the others."""
+    first-order state whose tile moves at most LOOKBACK_WIDE_STREAMS arrays,
+    ``elements_per_thread`` for the others."""
     if options.lookback_elements != "auto":
         return int(options.lookback_elements)
     E = int(options.elements_per_thread)
-    return min(16, 2 * E) if scalar_first_order(form) else E
+    streams = len(form.recurrence.inputs) + len(stored_outputs(form.recurrence, options.outputs))
+    return min(16, 2 * E) if scalar_first_order(form) and streams <= LOOKBACK_WIDE_STREAMS \
+        else E
 
 
 def choose_plan(form: Any, options: Any) -> Plan:
@@ -252,6 +275,11 @@ def choose_plan(form: Any, options: Any) -> Plan:
     stored = stored_outputs(form.recurrence, o.outputs)
     scheme = grid_scheme(form, o)
     lane_sum = lane_sum_of(form, stored, o.strategy, scheme)
+    unknown = [n for n, _ in o.read_offsets if n not in form.recurrence.inputs]
+    if unknown:
+        from explorer.errors import OptionError
+        raise OptionError(f"read_offsets names {', '.join(unknown)}, not a timed input of the "
+                          f"recurrence ({', '.join(form.recurrence.inputs)})")
     if o.strategy in TREES:
         look = lookback_elements(form, o)
         grid = (Grid("lookback", direction, o.block_size * look, 1, CHUNK_FILL,
@@ -264,11 +292,11 @@ def choose_plan(form: Any, options: Any) -> Plan:
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
                     vector_width=o.vector_elements,
-                    layout=tile_layout(form, o, stored, lane_sum))
+                    layout=tile_layout(form, o, stored, lane_sum), reads=o.read_offsets)
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
-                lane_sum=lane_sum, segments=o.varlen)
+                lane_sum=lane_sum, segments=o.varlen, reads=o.read_offsets)
 
 
 def tile_layout(form: Any, options: Any, stored: tuple[str, ...],
@@ -309,6 +337,8 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
                                  "tiles_per_lane": plan.lookback.tiles_per_lane,
                                  "elements": plan.lookback.elements})
     scan.create("store", {"outputs": list(plan.stored)})
+    for name, k in plan.reads:
+        scan.create("read", {"input": name, "offset": k})
     if plan.segments:
         scan.create("segments", {"argument": SEGMENT_MARKS, "reset": "leaf"})
     if plan.lane_sum is not None:
@@ -346,10 +376,10 @@ def plan_from_dict(raw: Any) -> Plan:
                 str(raw["tree"]), sweeps,
                 Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
-                _lookback_from(raw.get("lookback")),
-                tuple(str(o) for o in raw["stored"]), _lane_sum_from(raw.get("lane_sum")),
+                lookback_from(raw.get("lookback")),
+                tuple(str(o) for o in raw["stored"]), lane_sum_from(raw.get("lane_sum")),
                 bool(raw.get("segments", False)), int(raw.get("vector_width", 1)),
-                str(raw.get("layout", "staged")))
+                str(raw.get("layout", "staged")), reads_from(raw.get("reads")))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -363,9 +393,10 @@ def plan_from_dict(raw: Any) -> Plan:
         raise ValueError(f"unknown tree {plan.tree!r}")
     elif plan.grid.scheme != "sequence-per-thread":
         raise ValueError(f"unknown grid {plan.grid.scheme!r} for a sequential plan")
-    _check_lookback(plan)
-    _check_lane_sum(plan)
-    _check_vector(plan)
+    check_lookback(plan)
+    check_lane_sum(plan)
+    check_vector(plan)
+    check_reads(plan)
     if plan.grid.direction not in ("forward", "reverse"):
         raise ValueError(f"unknown direction {plan.grid.direction!r}")
     return plan
@@ -404,91 +435,17 @@ def read_plan(module_op: Any) -> Plan:
                 grid=Grid(grid["scheme"], grid["direction"], grid["tile"], grid["min_tiles"],
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
-                lookback=_lookback_from(look), stored=tuple(store["outputs"]),
-                lane_sum=_lane_sum_from(lane_sum), segments=segments is not None,
+                lookback=lookback_from(look), stored=tuple(store["outputs"]),
+                lane_sum=lane_sum_from(lane_sum), segments=segments is not None,
                 vector_width=thread["vector_width"] if thread else 1,
-                layout=thread["layout"] if thread else "staged")
-    _check_lookback(plan)
-    _check_lane_sum(plan)
-    _check_vector(plan)
+                layout=thread["layout"] if thread else "staged",
+                reads=tuple((a["input"], a["offset"])
+                            for a in map(scan.attrs, scan.ops(module_op, "read"))))
+    check_lookback(plan)
+    check_lane_sum(plan)
+    check_vector(plan)
+    check_reads(plan)
     return plan
-
-
-def _check_vector(plan: Plan) -> None:
-    """``scan.thread`` as the lowering implements it: a wide access of a power of two up to
-    VECTOR_MAX elements that divides the thread's elements (1 for a sequential plan), and a tile
-    layout (direct for a tree plan only)."""
-    from explorer.codegen.options import VECTOR_MAX
-
-    v = plan.vector_width
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1) or (
-            v > VECTOR_MAX or plan.elements % v or (plan.tree not in TREES and v != 1)
-            or (plan.lookback is not None and plan.lookback.elements % v)):
-        raise ValueError(f"a wide access of {v!r} elements is not one the lowering implements "
-                         f"for {plan.elements} elements a thread (a power of two up to "
-                         f"{VECTOR_MAX} that divides them; 1 for a sequential plan)")
-    if plan.layout not in ("staged", "direct") or (
-            plan.layout == "direct" and plan.tree not in TREES):
-        raise ValueError(f"a tile layout {plan.layout!r} is not one the lowering implements "
-                         "(staged, or direct for a tree plan)")
-
-
-def _lane_sum_from(raw: Any) -> LaneSum | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise TypeError("a plan's lane_sum is a JSON object")
-    return LaneSum(tuple(str(r) for r in raw["readouts"]), str(raw["scheme"]))
-
-
-def _check_lane_sum(plan: Plan) -> None:
-    """A lane sum the lowering implements for the plan's strategy and grid, of readouts that
-    are stored."""
-    if not plan.stored or len(set(plan.stored)) != len(plan.stored):
-        raise ValueError(f"a plan stores one or more distinct outputs, not {list(plan.stored)}")
-    ls = plan.lane_sum
-    if ls is None:
-        return
-    want = ("lanes-in-block" if plan.tree not in TREES else
-            "readout-kernel" if plan.grid.scheme == "lookback" else "lane-loop")
-    if ls.scheme != want:
-        raise ValueError(f"a {plan.strategy} plan on the {plan.grid.scheme} grid sums the "
-                         f"lanes as {want!r}, not {ls.scheme!r}")
-    if not ls.readouts or not set(ls.readouts) <= set(plan.stored):
-        raise ValueError(f"scan.lane_sum sums {list(ls.readouts)}: readouts the plan stores "
-                         f"({list(plan.stored)})")
-
-
-def _lookback_from(raw: Any) -> Lookback | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise TypeError("a plan's lookback is a JSON object")
-    missing = [k for k in ("lanes", "tiles_per_lane", "elements") if k not in raw]
-    if missing:
-        raise ValueError(f"a plan's lookback lacks {', '.join(missing)}")
-    return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]), int(raw["elements"]))
-
-
-def _check_lookback(plan: Plan) -> None:
-    """A look-back grid has its ``scan.lookback`` (a warp of lanes), and no other grid has one."""
-    from explorer.codegen.options import LOOKBACK_ELEMENTS_MAX as EMAX
-    from explorer.codegen.options import LOOKBACK_TILES_MAX as TMAX
-    look = plan.lookback
-    if (look is not None) != (plan.grid.scheme == "lookback"):
-        raise ValueError("scan.lookback goes with the lookback grid, and only with it")
-    if look is not None:
-        t = look.tiles_per_lane
-        if look.lanes != LOOKBACK_LANES or not 1 <= t <= TMAX or t & (t - 1):
-            raise ValueError(f"a look-back of {look.lanes} lanes x {t} tiles is not one the "
-                             f"lowering implements (a warp of 32, 1 to {TMAX} tiles a lane)")
-        e = look.elements
-        if not 1 <= e <= EMAX or e & (e - 1):
-            raise ValueError(f"a look-back tile of {e} elements a thread is not one the "
-                             f"lowering implements (a power of two up to {EMAX})")
-        if plan.grid.tile != plan.threads * e:
-            raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
-                             f"{plan.threads} threads x {e} elements")
 
 
 def plan_ir(module_text: str) -> Plan:

@@ -66,7 +66,8 @@ def _flip(value: Any) -> Any:
 
 def bounded_inputs(recurrence: Any, reference: Callable[..., Any], channels: int, length: int,
                    state_size: int = 16, seed: int = 0, reverse: bool = False,
-                   dtype: str = "float32") -> tuple[dict[str, np.ndarray], Any]:
+                   dtype: str = "float32", offsets: Any = ()
+                   ) -> tuple[dict[str, np.ndarray], Any]:
     """Inputs whose float64 reference stays finite and bounded, with that reference.
 
     Tries negative parameters first, then positive ones; returns the last try if neither is
@@ -74,8 +75,9 @@ def bounded_inputs(recurrence: Any, reference: Callable[..., Any], channels: int
     backwards in time (compiled with ``reverse=True``), the forward reference of the inputs
     flipped in time, flipped back. ``dtype``: the inputs' dtype in the kernel: the time-indexed
     inputs are rounded to it first (as float32 values), so the reference sees what the kernel
-    reads.
+    reads. ``offsets``: the compile's ``read_offsets`` (inputs read at another time).
     """
+    from explorer.groundtruth import at_offsets
     from explorer.runtime.dtypes import NARROW, from_storage, to_storage
 
     arrays: dict[str, np.ndarray] = {}
@@ -86,7 +88,7 @@ def bounded_inputs(recurrence: Any, reference: Callable[..., Any], channels: int
             arrays = {k: (from_storage(to_storage(k, v, dtype), dtype).astype(np.float32)
                           if k in recurrence.inputs else v) for k, v in arrays.items()}
         given = {k: _flip(v) if reverse and k in recurrence.inputs else v
-                 for k, v in arrays.items()}
+                 for k, v in at_offsets(arrays, offsets).items()}
         expected = reference(recurrence, **length_argument(recurrence, length), **given)
         if reverse:
             expected = _flip(expected)

@@ -244,7 +244,8 @@ class RunPanel:
                                               self.channels.value, self.length.value,
                                               self.state_size.value,
                                               reverse=compiled.options["reverse"],
-                                              dtype=compiled.options.get("dtype", "float32"))
+                                              dtype=compiled.options.get("dtype", "float32"),
+                                              offsets=compiled.options.get("read_offsets"))
             given: dict[str, Any] = {
                 **length_argument(compiled.recurrence, self.length.value), **arrays}
             start = time.perf_counter()

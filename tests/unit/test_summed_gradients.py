@@ -63,8 +63,9 @@ def test_the_summed_readouts_are_reduced_in_the_adjoints_lane_loop():
     assert not any("readout" in k["name"] for k in c.kernels)
 
 
-def test_scalar_recurrences_and_lane_inputs_keep_their_formulas():
-    assert grad(ex.PRESETS["affine scan"]).names.summed == {}
+def test_lane_inputs_keep_their_formulas_and_a_scalar_gradient_that_is_lam_too():
+    # a scalar state: the term of a is a readout of the adjoint, that of b is lam itself
+    assert grad(ex.PRESETS["affine scan"]).names.summed == {"a": "grad_sum_a"}
     bw = grad(ex.PRESETS["selective scan"])
     assert not {"A", "B", "C", "D"} & set(bw.names.summed)
 

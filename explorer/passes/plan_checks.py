@@ -1,0 +1,124 @@
+"""The checks of a plan read back from IR or from a compiled record (:mod:`explorer.passes.plan`):
+a plan the lowering does not implement is refused with ValueError, TypeError or KeyError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the strategies whose block level is a tree over the threads' aggregates
+TREES = ("blelloch", "kogge_stone", "warp_shuffle")
+#: the lanes that look back: one warp (read back from records where MLIR may be absent, so not
+#: taken from the code generator)
+LOOKBACK_LANES = 32
+
+
+def check_vector(plan: Any) -> None:
+    """``scan.thread`` as the lowering implements it: a wide access of a power of two up to
+    VECTOR_MAX elements that divides the thread's elements (1 for a sequential plan), and a tile
+    layout (direct for a tree plan only)."""
+    from explorer.codegen.options import VECTOR_MAX
+
+    v = plan.vector_width
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1) or (
+            v > VECTOR_MAX or plan.elements % v or (plan.tree not in TREES and v != 1)
+            or (plan.lookback is not None and plan.lookback.elements % v)):
+        raise ValueError(f"a wide access of {v!r} elements is not one the lowering implements "
+                         f"for {plan.elements} elements a thread (a power of two up to "
+                         f"{VECTOR_MAX} that divides them; 1 for a sequential plan)")
+    if plan.layout not in ("staged", "direct") or (
+            plan.layout == "direct" and plan.tree not in TREES):
+        raise ValueError(f"a tile layout {plan.layout!r} is not one the lowering implements "
+                         "(staged, or direct for a tree plan)")
+
+
+def lane_sum_from(raw: Any) -> Any:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError("a plan's lane_sum is a JSON object")
+    from explorer.passes.plan import LaneSum
+
+    return LaneSum(tuple(str(r) for r in raw["readouts"]), str(raw["scheme"]))
+
+
+def check_lane_sum(plan: Any) -> None:
+    """A lane sum the lowering implements for the plan's strategy and grid, of readouts that
+    are stored."""
+    if not plan.stored or len(set(plan.stored)) != len(plan.stored):
+        raise ValueError(f"a plan stores one or more distinct outputs, not {list(plan.stored)}")
+    ls = plan.lane_sum
+    if ls is None:
+        return
+    want = ("lanes-in-block" if plan.tree not in TREES else
+            "readout-kernel" if plan.grid.scheme == "lookback" else "lane-loop")
+    if ls.scheme != want:
+        raise ValueError(f"a {plan.strategy} plan on the {plan.grid.scheme} grid sums the "
+                         f"lanes as {want!r}, not {ls.scheme!r}")
+    if not ls.readouts or not set(ls.readouts) <= set(plan.stored):
+        raise ValueError(f"scan.lane_sum sums {list(ls.readouts)}: readouts the plan stores "
+                         f"({list(plan.stored)})")
+
+
+def lookback_from(raw: Any) -> Any:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError("a plan's lookback is a JSON object")
+    missing = [k for k in ("lanes", "tiles_per_lane", "elements") if k not in raw]
+    if missing:
+        raise ValueError(f"a plan's lookback lacks {', '.join(missing)}")
+    from explorer.passes.plan import Lookback
+
+    return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]), int(raw["elements"]))
+
+
+def check_lookback(plan: Any) -> None:
+    """A look-back grid has its ``scan.lookback`` (a warp of lanes), and no other grid has one."""
+    from explorer.codegen.options import LOOKBACK_ELEMENTS_MAX as EMAX
+    from explorer.codegen.options import LOOKBACK_TILES_MAX as TMAX
+    look = plan.lookback
+    if (look is not None) != (plan.grid.scheme == "lookback"):
+        raise ValueError("scan.lookback goes with the lookback grid, and only with it")
+    if look is not None:
+        t = look.tiles_per_lane
+        if look.lanes != LOOKBACK_LANES or not 1 <= t <= TMAX or t & (t - 1):
+            raise ValueError(f"a look-back of {look.lanes} lanes x {t} tiles is not one the "
+                             f"lowering implements (a warp of 32, 1 to {TMAX} tiles a lane)")
+        e = look.elements
+        if not 1 <= e <= EMAX or e & (e - 1):
+            raise ValueError(f"a look-back tile of {e} elements a thread is not one the "
+                             f"lowering implements (a power of two up to {EMAX})")
+        if plan.grid.tile != plan.threads * e:
+            raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
+                             f"{plan.threads} threads x {e} elements")
+
+
+def reads_from(raw: Any) -> tuple[tuple[str, int], ...]:
+    """The ``scan.read`` pairs of a record's plan (a list of ``[input, offset]``)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list | tuple):
+        raise TypeError("a plan's reads are a JSON list")
+    out = []
+    for pair in raw:
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise TypeError("a plan's read is an [input, offset] pair")
+        name, k = pair
+        if not isinstance(name, str) or isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError("a plan's read is an [input, offset] pair")
+        out.append((name, k))
+    return tuple(out)
+
+
+def check_reads(plan: Any) -> None:
+    """Inputs read in place at another time (``scan.read``): each once, by name, at a nonzero
+    offset the lowering implements, sorted by name."""
+    from explorer.codegen.options import READ_OFFSET_MAX
+
+    names = [n for n, _ in plan.reads]
+    if names != sorted(set(names)):
+        raise ValueError(f"scan.read names each input once, in order: {names}")
+    for name, k in plan.reads:
+        if not name.isidentifier() or k == 0 or abs(k) > READ_OFFSET_MAX:
+            raise ValueError(f"scan.read of {name!r:.40} at offset {k} is not one the lowering "
+                             f"implements (a nonzero offset of at most {READ_OFFSET_MAX} steps)")
