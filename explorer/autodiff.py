@@ -202,9 +202,12 @@ class Backward:
         lines = ["adjoint scan (compiled with reverse=True: lam[t-1] is lam[t+1] in time):",
                  *("  " + line for line in self.text.splitlines()), ""]
         n = self.names
-        if n.next:
-            lines.append("shifted inputs: " + ", ".join(f"{v}[t] = {k}[t+1]"
-                                                         for k, v in n.next.items()))
+        shifted = ([f"{v}[t] = {k}[t+1]" for k, v in n.next.items()]
+                   + [f"{v}[t] = {s}[t-1]" for s, v in n.previous.items()])
+        if shifted:
+            how = ("read in place by the adjoint's kernels, scan.read" if n.read_offsets
+                   else "passed as shifted copies")
+            lines.append(f"the forward's arrays at other times ({how}): " + ", ".join(shifted))
         comps = self.form.components
         lam = {i: n.adjoint[c] for i, c in enumerate(comps)}
         for name in (*self.forward.inputs, *self.forward.params):
