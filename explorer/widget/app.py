@@ -130,12 +130,13 @@ TILE_LAYOUT_CHOICES = (("auto", "auto"), ("staged (shared memory)", "staged"),
                        ("direct (registers)", "direct"))
 
 
-def _kept_html(kept: dict[str, Any]) -> str:
-    """The line under the options row naming the record's options kept without a control."""
+def _kept_html(kept: dict[str, Any], source: str = "the compiled record") -> str:
+    """The line under the options row naming the options kept without a control (a record's,
+    or the adjoint's while the backward is shown)."""
     if not kept:
         return ""
     listed = ", ".join(f"{k}={v!r}" for k, v in sorted(kept.items()))
-    return ("<div style='font-size:12px;color:#555'>also kept from the compiled record (no "
+    return (f"<div style='font-size:12px;color:#555'>also kept from {html.escape(source)} (no "
             f"control here; every compile from these controls uses them): "
             f"<code>{html.escape(listed)}</code></div>")
 

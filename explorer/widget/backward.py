@@ -1,9 +1,10 @@
 """The explorer's *backward* toggle: the adjoint recurrence of the text in the box
 (:func:`explorer.grad`), compiled as its own recurrence, the way ``ex.grad(text).compile()``
 compiles it: backwards in time (``reverse``), storing every output (the adjoints and the
-gradients summed over n). Every tab then shows the backward pass: its recurrence, affine form,
-plan, passes and PTX. Toggling it off puts the forward's text and options back; nothing typed
-is lost."""
+gradients summed over n), reading the forward's arrays at other times in place where the
+derivation does (``read_offsets``, kept like a record's options without a control). Every tab
+then shows the backward pass: its recurrence, affine form, plan, passes and PTX. Toggling it
+off puts the forward's text and options back; nothing typed is lost."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ class BackwardToggle:
         #: the backward is: which gradients the adjoint's kernel sums, which are elementwise
         self.formulas = widgets.HTML()
         self.formulas.add_class("sw-backward-formulas")
-        #: the forward's text, reverse and outputs while the backward is shown
-        self.forward: tuple[str, bool, Any] | None = None
+        #: the forward's text, reverse, outputs and kept options while the backward is shown
+        self.forward: tuple[str, bool, Any, dict[str, Any]] | None = None
         self.button.observe(self._toggled, names="value")
 
     def _toggled(self, change: dict[str, Any]) -> None:
@@ -57,7 +58,15 @@ class BackwardToggle:
             self.button.value = False
             self.button.observe(self._toggled, names="value")
             return False
-        self.forward = (ex.text.value, bool(ex.reverse.value), ex.outputs.value)
+        self.forward = (ex.text.value, bool(ex.reverse.value), ex.outputs.value,
+                        dict(ex.kept_options))
+        from explorer.widget.app import _kept_html
+
+        kept = {k: v for k, v in ex.kept_options.items() if k != "read_offsets"}
+        if backward.names.read_offsets:
+            kept["read_offsets"] = dict(backward.names.read_offsets)
+        ex.kept_options = kept
+        ex.kept.value = _kept_html(kept, "the backward")
         self.formulas.value = (
             "<details open><summary>the gradients, from the adjoint</summary><pre "
             "style='font-size:12px;margin:4px 0'>"
@@ -73,9 +82,13 @@ class BackwardToggle:
         ex = self.explorer
         if self.forward is None:
             return ex.recompile()
-        text, reverse, outputs = self.forward
+        from explorer.widget.app import _kept_html
+
+        text, reverse, outputs, kept = self.forward
         self.forward = None
         self.formulas.value = ""
+        ex.kept_options = kept
+        ex.kept.value = _kept_html(kept)
         with ex.holding():
             ex.reverse.value = reverse
             ex.outputs.value = outputs

@@ -184,9 +184,15 @@ class TreeView(View):
                      if skipped else "") + "</div>"
                   + "<br>".join(html.escape(line.strip())
                                 for line in outputs_text(plan, states).splitlines()))
+        reads = ""
+        if plan.reads:   # inputs read in place at another time (scan.read)
+            moved = ", ".join(f"<code>{html.escape(n)}</code> at t {'+' if k > 0 else '-'} "
+                              f"{abs(k)}" for n, k in plan.reads)
+            reads = (f"<div class='sw-tree-reads'>read in place at another time "
+                     f"(<code>scan.read</code>, zero outside the sequence): {moved}</div>")
         return ("<div><b>Read from the IR of the <code>scan-plan</code> pass</b> "
                 f"(<code>compiled.scan_plan</code>){timing}: {layout}.</div>"
-                f"<div style='color:#444'>{drawn}.</div><div>{stored}</div>")
+                f"<div style='color:#444'>{drawn}.</div><div>{stored}</div>{reads}")
 
     # -- levels ------------------------------------------------------------------------------
     def _sweep_index(self, level: Level) -> int | None:

@@ -681,6 +681,26 @@ def test_the_backward_toggle_shows_the_adjoint_and_gives_the_forward_back() -> N
     assert w.backward.formulas.value == ""
 
 
+def test_the_backward_of_a_scalar_state_reads_the_forward_arrays_in_place() -> None:
+    """The widget compiles the adjoint as ex.grad(text).compile() does: a_next and fwd_h_prev
+    read in place (scan.read in the plan), said under the options row; the forward gets its
+    own options back."""
+    w = Explorer(AFFINE, target="cpu")
+    w.backward.button.value = True
+    assert w.error is None, w.error
+    assert dict(w.compiled.options["read_offsets"]) == {"a_next": 1, "fwd_h_prev": -1}
+    assert "read_offsets" in html.unescape(w.kept.value)
+    w.show_tab("Scan tree")
+    info = html.unescape(_visible_text(w.tree_view.info.value))
+    assert "read in place at another time" in info and "a_next at t + 1" in info
+    w.run.length.value = 200
+    rows = w.run.run_and_check()      # against the reference of the moved inputs
+    assert rows and w.run.passed(rows), w.run.check.value
+    w.backward.button.value = False
+    assert w.kept_options == {} and w.kept.value == ""
+    assert not w.compiled.options["read_offsets"]
+
+
 def test_the_backward_toggle_on_a_bad_text_says_why_and_stays_off() -> None:
     w = Explorer(AFFINE, target="cpu", strategy="sequential")
     w.text.value = "h[t] = a[t] * h[t-1] +"
