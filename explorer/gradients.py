@@ -305,9 +305,11 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
     for o in form.outputs:
         g = cotangents.get(o)
         lane = vector and o in rec.states
-        if g is None:   # an output the loss does not read: zeros, never laid out
-            g = ops.broadcast(ops.zeros((1,) * (rank + 2), like),
-                              (*batch, N if lane else 1, length))
+        if g is None:
+            # an output the loss does not read: zeros of one sequence, which every sequence
+            # shares (the adjoint's kernels read such an input where it is, a row shared by
+            # all channels, where a broadcast view was laid out as B x D x N x L zeros)
+            g = ops.zeros((1,) * rank + (N if lane else 1, length), like)
         else:
             g = flip(g if lane else g.reshape((*batch, 1, length)))
         env[names.cotangent[o]] = g
@@ -341,7 +343,7 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
     lam = {}
     for i, c in enumerate(form.components):
         v = lam_call[names.adjoint[c]]
-        lam[i] = v if vector else v.reshape((*batch, 1, length))
+        lam[i] = _widen(v, vector, batch, N, length, ops)
 
     # --- the gradients -----------------------------------------------------------------------
     out: dict[str, Any] = {}
@@ -353,7 +355,7 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         # derivative does (dL/dD of sum(C * h) + D * x is per channel, not per lane)
         grads = []
         if n in names.summed:   # the scan terms, summed over n in the adjoint's kernel
-            grads.append(lam_call[names.summed[n]].reshape((*batch, 1, length)))
+            grads.append(_widen(lam_call[names.summed[n]], False, batch, N, length, ops))
             if any(v in moved for v in names.previous.values()):
                 grads += _first_step(bw, n, ops, views, traj, h0, lam, full)
         else:
@@ -384,6 +386,19 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
             g = g + reduce_to(lam[i][..., :1] * evaluate(e, at0, ops, full), canon, ops)
         out[key] = g.reshape(shapes[key])
     return out
+
+
+def _widen(v: Any, lane: bool, batch: tuple[int, ...], N: int, length: int, ops: Ops) -> Any:
+    """An output of the adjoint in the canonical ``batch + (N or 1, L)`` layout. Its batch is
+    that of the adjoint's inputs, which may share one row among all sequences (an output the
+    loss does not read gives zeros of one sequence): then every sequence's adjoint is that
+    row, broadcast."""
+    own = tuple(ops.shape(v))[:-2 if lane else -1]
+    if own == batch:
+        return v if lane else v.reshape((*batch, 1, length))
+    lead = (1,) * (len(batch) - len(own)) + own
+    return ops.broadcast(v.reshape((*lead, N if lane else 1, length)),
+                         (*batch, N if lane else 1, length))
 
 
 def _first_step(bw: Backward, name: str, ops: Ops, views: Mapping[str, Any],
