@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_quickstart_browser import run_all_cells
-from tests.browser.test_scan_tree_browser import CLEAN_UP_JS, EXPLORER, _panel, _put
+from tests.browser.test_scan_tree_browser import CLEAN_UP_JS, EXPLORER, _panel, open_notebook
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -33,20 +32,13 @@ def test_the_backward_shows_its_in_place_reads(lab: str, browser: Any,
                                                 output_dir: Path) -> None:
     context = browser.new_context(viewport={"width": 1400, "height": 1600})
     page = context.new_page()
-    page.goto(lab + "lab?reset", wait_until="domcontentloaded")
-    page.wait_for_function("window.jupyterapp !== undefined", timeout=120_000)
-    page.wait_for_function("window.jupyterapp.serviceManager.isReady", timeout=60_000)
-    _put(page, NOTEBOOK, {
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "backward-reads",
-                   "metadata": {}, "outputs": [], "source": SETUP}],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                    "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5})
     try:
-        page.goto(lab + f"lab/tree/{NOTEBOOK}?reset", wait_until="domcontentloaded")
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-        page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
-        run_all_cells(page)
+        open_notebook(page, lab, NOTEBOOK, {
+            "cells": [{"cell_type": "code", "execution_count": None, "id": "backward-reads",
+                       "metadata": {}, "outputs": [], "source": SETUP}],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                        "name": "python3"}},
+            "nbformat": 4, "nbformat_minor": 5})
         page.wait_for_selector(f"{EXPLORER} .sw-tree-reads", timeout=240_000)
         page.wait_for_timeout(1000)
         printed = page.locator(".jp-OutputArea-output", has_text="OFFSETS").first.inner_text()

@@ -74,6 +74,19 @@ def _put(page: Any, name: str, content: dict[str, Any]) -> None:
         "name, {type: 'notebook', format: 'json', content}); }", [name, content])
 
 
+def open_notebook(page: Any, lab: str, name: str, content: dict[str, Any]) -> None:
+    """Save ``content`` as notebook ``name`` into the server's root, open it in JupyterLab and
+    run all its cells."""
+    page.goto(lab + "lab?reset", wait_until="domcontentloaded")
+    page.wait_for_function("window.jupyterapp !== undefined", timeout=120_000)
+    page.wait_for_function("window.jupyterapp.serviceManager.isReady", timeout=60_000)
+    _put(page, name, content)
+    page.goto(lab + f"lab/tree/{name}?reset", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
+    run_all_cells(page)
+
+
 def _tab(page: Any, title: str) -> None:
     page.locator(f"{EXPLORER} .lm-TabBar-tab", has_text=title).first.click()
 
@@ -102,14 +115,7 @@ def opened(lab: str, browser: Any, output_dir: Path) -> Iterator[tuple[Any, dict
     """The notebook run, the explorer on the Scan tree tab, and the plan it printed."""
     context = browser.new_context(viewport={"width": 1400, "height": 1900})
     page = context.new_page()
-    page.goto(lab + "lab?reset", wait_until="domcontentloaded")
-    page.wait_for_function("window.jupyterapp !== undefined", timeout=120_000)
-    page.wait_for_function("window.jupyterapp.serviceManager.isReady", timeout=60_000)
-    _put(page, NOTEBOOK, _notebook())
-    page.goto(lab + f"lab/tree/{NOTEBOOK}?reset", wait_until="domcontentloaded")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-    page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
-    run_all_cells(page)
+    open_notebook(page, lab, NOTEBOOK, _notebook())
     page.wait_for_selector(f"{EXPLORER} .sw-tree-picture svg", timeout=240_000)
     page.wait_for_timeout(1000)
     printed = page.locator(".jp-OutputArea-output", has_text="PLAN ").first.inner_text()

@@ -282,6 +282,19 @@ WIDE_VARIANTS = [
      {"dtype": "bfloat16", "block_size": 256, "lookback_elements": 32}),
     ("affine-float32-b1024-e16-chunked", "affine scan", "warp_shuffle",
      {"block_size": 1024, "elements_per_thread": 16, "grid": "chunked"}),
+    # inputs read in place at another time (read_offsets): staged (the stage moves them, the
+    # edge values loaded one a thread), direct (element by element), reverse, 16-bit, and the
+    # lane loop's lane and channel inputs
+    ("affine-float32-offsets", "affine scan", "blelloch", {"read_offsets": {"a": 1, "b": -1}}),
+    ("affine-float32-offsets-direct", "affine scan", "blelloch",
+     {"read_offsets": {"a": 1, "b": -1}, "tile_layout": "direct"}),
+    ("affine-float32-offsets-reverse", "affine scan", "warp_shuffle",
+     {"reverse": True, "read_offsets": {"a": 1, "b": -2}}),
+    ("affine-bfloat16-offsets", "affine scan", "blelloch",
+     {"dtype": "bfloat16", "read_offsets": {"a": -1}}),
+    *((f"selective-float32-offsets-{lay}-all", "selective scan", "blelloch",
+       {"tile_layout": lay, "outputs": "all", "read_offsets": {"B": -1, "dt": 1}})
+      for lay in ("direct", "staged")),
 ]
 
 

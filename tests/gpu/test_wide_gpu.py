@@ -70,6 +70,25 @@ def _rounded(x: Any, dtype: str) -> Any:
     return from_storage(to_storage("x", x, dtype, cp), dtype, cp).astype(cp.float32)
 
 
+def _moved(name: str, a: Any, b: Any) -> tuple[Any, Any]:
+    """``a`` and ``b`` as a compile with ``read_offsets`` reads them: ``x[t + k]``, zero
+    outside the sequence (the float64 reference's inputs)."""
+    offsets = dict(WIDE[name]["options"].get("read_offsets") or {})
+
+    def shift(x: Any, k: int) -> Any:
+        if not k:
+            return x
+        y = cp.zeros_like(x)
+        L = x.shape[-1]
+        if abs(k) < L:
+            if k > 0:
+                y[:, :L - k] = x[:, k:]
+            else:
+                y[:, -k:] = x[:, :L + k]
+        return y
+    return shift(a, offsets.get("a", 0)), shift(b, offsets.get("b", 0))
+
+
 @pytest.mark.parametrize("C,L", SIZES)
 @pytest.mark.parametrize("name", AFFINE_PAIRS)
 def test_wide_and_scalar_accesses_agree_and_match_the_reference(name: str, C: int,
@@ -81,7 +100,7 @@ def test_wide_and_scalar_accesses_agree_and_match_the_reference(name: str, C: in
     out_dtype = wide.narrow.get("h", "float32")
     apart = max_rel_error(_f32(h_wide), _f32(h_scalar).astype(cp.float64), xp=cp)
     assert apart <= tolerance(out_dtype), f"{name} C={C} L={L}: wide vs scalar {apart:.2e}"
-    ar, br = _rounded(a, dtype), _rounded(b, dtype)
+    ar, br = _moved(name, _rounded(a, dtype), _rounded(b, dtype))
     if WIDE[name]["options"].get("reverse"):
         ref = affine_scan_f64(ar[:, ::-1], br[:, ::-1], xp=cp)[:, ::-1]
     else:
@@ -108,6 +127,7 @@ def test_buffers_off_a_vector_boundary(name: str, shift: int) -> None:
     h = _kernel(name)(a=a, b=b)
     for other in (_kernel(name)(a=a0, b=b0), _kernel(WIDE[name]["scalar_twin"])(a=a, b=b)):
         assert max_rel_error(h, other.astype(cp.float64), xp=cp) <= F32_APART
+    a0, b0 = _moved(name, a0, b0)
     ref = affine_scan_f64(a0, b0, xp=cp)
     if WIDE[name]["options"].get("reverse"):
         ref = affine_scan_f64(a0[:, ::-1], b0[:, ::-1], xp=cp)[:, ::-1]
