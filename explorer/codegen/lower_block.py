@@ -256,6 +256,10 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         if direct:
             held[:] = pref
         elif th.gpu:
+            if moved:
+                # a moved stream's values land in slots that other threads read for the tile
+                # before (its outputs leave through the stage)
+                th.barrier()
             put_tile(th.tid, pref, t0)      # type: ignore[arg-type]
             th.barrier()
         else:

@@ -80,8 +80,11 @@ def test_few_long_sequences_read_across_their_tiles(grid: str, reverse: bool) ->
 def test_a_vector_state_reads_lane_and_channel_inputs_at_offsets(strategy: str,
                                                                  reverse: bool) -> None:
     """The selective scan's lane loop (and the sequential plan's lanes in a block): ``dt`` (a
-    channel input, staged per tile) and ``B`` (a lane input, streamed per lane) moved."""
+    channel input, staged per tile) and ``B`` (a lane input, streamed per lane) moved; on few
+    long sequences too (chunks)."""
     _check(PRESETS["selective scan"], {"dt": 1, "B": -1}, reverse, 2, 150, strategy=strategy,
+           **SMALL)
+    _check(PRESETS["selective scan"], {"dt": -2, "B": 1}, reverse, 1, 3000, strategy=strategy,
            **SMALL)
 
 
