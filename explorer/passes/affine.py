@@ -16,6 +16,7 @@ For a vector state (axis n) the system holds per lane: ``A_t`` is diagonal acros
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
@@ -44,8 +45,10 @@ def symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, real=True)
 
 
+@functools.lru_cache(maxsize=4096)
 def state_symbol(name: str, lag: int) -> sympy.Symbol:
-    """The sympy symbol that stands for ``name[t-lag]`` of a state."""
+    """The sympy symbol that stands for ``name[t-lag]`` of a state (made once: a backward
+    asks for the same few on every call)."""
     return sympy.Symbol(f"{name}[t]" if lag == 0 else f"{name}[t-{lag}]", real=True)
 
 
