@@ -2,7 +2,9 @@
 (:func:`explorer.grad`), compiled as its own recurrence, the way ``ex.grad(text).compile()``
 compiles it: backwards in time (``reverse``), storing every output (the adjoints and the
 gradients summed over n), reading the forward's arrays at other times in place where the
-derivation does (``read_offsets``, kept like a record's options without a control). Every tab
+derivation does (``read_offsets``, kept like a record's options without a control), and on
+the GPU with the tiles it picks (``tile_layout``, :data:`explorer.autodiff.DIRECT_ADJOINT`).
+Every tab
 then shows the backward pass: its recurrence, affine form, plan, passes and PTX. Toggling it
 off puts the forward's text and options back; nothing typed is lost."""
 
@@ -31,8 +33,9 @@ class BackwardToggle:
         #: the backward is: which gradients the adjoint's kernel sums, which are elementwise
         self.formulas = widgets.HTML()
         self.formulas.add_class("sw-backward-formulas")
-        #: the forward's text, reverse, outputs and kept options while the backward is shown
-        self.forward: tuple[str, bool, Any, dict[str, Any]] | None = None
+        #: the forward's text, reverse, outputs, kept options and tiles while the backward is
+        #: shown
+        self.forward: tuple[str, bool, Any, dict[str, Any], str] | None = None
         self.button.observe(self._toggled, names="value")
 
     def _toggled(self, change: dict[str, Any]) -> None:
@@ -59,7 +62,7 @@ class BackwardToggle:
             self.button.observe(self._toggled, names="value")
             return False
         self.forward = (ex.text.value, bool(ex.reverse.value), ex.outputs.value,
-                        dict(ex.kept_options))
+                        dict(ex.kept_options), ex.tile_layout.value)
         from explorer.widget.app import _kept_html
 
         kept = {k: v for k, v in ex.kept_options.items() if k != "read_offsets"}
@@ -71,9 +74,15 @@ class BackwardToggle:
             "<details open><summary>the gradients, from the adjoint</summary><pre "
             "style='font-size:12px;margin:4px 0'>"
             f"{html.escape(backward.summary())}</pre></details>")
+        from explorer.autodiff import DIRECT_ADJOINT
+
         with ex.holding():
             ex.reverse.value = True
             ex.outputs.value = "all"
+            # the tiles Backward.compile gives the adjoint (its lane loop streams lam out)
+            if (ex.target.value == "cuda" and ex.strategy.value in DIRECT_ADJOINT
+                    and backward.forward.vector and ex.tile_layout.value == "auto"):
+                ex.tile_layout.value = "direct"
             ex.text.value = backward.text
         return ex.recompile()
 
@@ -84,7 +93,7 @@ class BackwardToggle:
             return ex.recompile()
         from explorer.widget.app import _kept_html
 
-        text, reverse, outputs, kept = self.forward
+        text, reverse, outputs, kept, tiles = self.forward
         self.forward = None
         self.formulas.value = ""
         ex.kept_options = kept
@@ -92,5 +101,6 @@ class BackwardToggle:
         with ex.holding():
             ex.reverse.value = reverse
             ex.outputs.value = outputs
+            ex.tile_layout.value = tiles
             ex.text.value = text
         return ex.recompile()

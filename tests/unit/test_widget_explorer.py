@@ -681,6 +681,21 @@ def test_the_backward_toggle_shows_the_adjoint_and_gives_the_forward_back() -> N
     assert w.backward.formulas.value == ""
 
 
+def test_the_backward_on_the_gpu_takes_the_adjoints_tiles() -> None:
+    """As ex.grad(text).compile() does on the GPU: the Blelloch adjoint of a vector recurrence
+    takes direct tiles (its lane loop streams lam out); the forward gets "auto" back."""
+    text = ex.PRESETS["selective scan"]
+    w = Explorer(text)
+    assert w.target.value == "cuda" and w.tile_layout.value == "auto"
+    w.backward.button.value = True
+    assert w.error is None, w.error
+    want = ex.grad(text).compile(target="cuda")
+    assert w.tile_layout.value == "direct"
+    assert w.compiled.scan_plan.layout == want.scan_plan.layout == "direct"
+    w.backward.button.value = False
+    assert w.tile_layout.value == "auto" and w.compiled.recurrence.text == text
+
+
 def test_the_backward_of_a_scalar_state_reads_the_forward_arrays_in_place() -> None:
     """The widget compiles the adjoint as ex.grad(text).compile() does: a_next and fwd_h_prev
     read in place (scan.read in the plan), said under the options row; the forward gets its
