@@ -296,9 +296,8 @@ class Gen:
         k = self.offsets.get(name, 0)
         if not k:
             return memref.load(self.arrays[name], [self.at(row_start, t)])
-        last = arith.subi(self.L, ci(1))
-        time = arith.subi(last, t) if self.reverse else t
-        return offset_load(self.arrays[name], row_start, time, k, last)
+        return Stream(self.arrays[name], row_start, self._last(), offset=k,
+                      limit=arith.subi(self.L, ci(1))).load(t)
 
     def _state_at(self, seq: Seq, j: Value | None) -> Value:
         """Where a state of ``seq`` is in an initial or last state array: ``(c, n)`` of

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 from mlir.dialects import arith, memref
@@ -241,8 +241,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
     def at_rows(rows: Sequence[Value]) -> list[Stream]:
         """The lane inputs' streams at these rows."""
-        return [Stream(q.array, r, q.last, q.loc, q.end_first, q.offset, q.limit)
-                for q, r in zip(ins0, rows, strict=True)]
+        return [replace(q, row=r) for q, r in zip(ins0, rows, strict=True)]
 
     def tile(tix: Value, pref: list[Value]) -> list[Value]:
         t0 = add_i(begin, mul_i(tix, ci(T)))

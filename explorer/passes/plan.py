@@ -78,10 +78,7 @@ from explorer.passes.outputs import stored_outputs
 from explorer.passes.plan_checks import (
     LOOKBACK_LANES,
     TREES,
-    check_lane_sum,
-    check_lookback,
-    check_reads,
-    check_vector,
+    check_plan,
     lane_sum_from,
     lookback_from,
     reads_from,
@@ -393,10 +390,7 @@ def plan_from_dict(raw: Any) -> Plan:
         raise ValueError(f"unknown tree {plan.tree!r}")
     elif plan.grid.scheme != "sequence-per-thread":
         raise ValueError(f"unknown grid {plan.grid.scheme!r} for a sequential plan")
-    check_lookback(plan)
-    check_lane_sum(plan)
-    check_vector(plan)
-    check_reads(plan)
+    check_plan(plan)
     if plan.grid.direction not in ("forward", "reverse"):
         raise ValueError(f"unknown direction {plan.grid.direction!r}")
     return plan
@@ -439,12 +433,9 @@ def read_plan(module_op: Any) -> Plan:
                 lane_sum=lane_sum_from(lane_sum), segments=segments is not None,
                 vector_width=thread["vector_width"] if thread else 1,
                 layout=thread["layout"] if thread else "staged",
-                reads=tuple((a["input"], a["offset"])
-                            for a in map(scan.attrs, scan.ops(module_op, "read"))))
-    check_lookback(plan)
-    check_lane_sum(plan)
-    check_vector(plan)
-    check_reads(plan)
+                reads=reads_from([[a.get("input"), a.get("offset")]
+                                  for a in map(scan.attrs, scan.ops(module_op, "read"))]))
+    check_plan(plan)
     return plan
 
 

@@ -122,3 +122,11 @@ def check_reads(plan: Any) -> None:
         if not name.isidentifier() or k == 0 or abs(k) > READ_OFFSET_MAX:
             raise ValueError(f"scan.read of {name!r:.40} at offset {k} is not one the lowering "
                              f"implements (a nonzero offset of at most {READ_OFFSET_MAX} steps)")
+
+
+def check_plan(plan: Any) -> None:
+    """Every check of a plan read back (from IR or from a record), beside its grid's."""
+    check_lookback(plan)
+    check_lane_sum(plan)
+    check_vector(plan)
+    check_reads(plan)
