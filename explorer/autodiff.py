@@ -36,7 +36,8 @@ The gradients then follow elementwise from ``lam``, the past states and sympy's 
 each summed over the axes its array was broadcast along (the batch, the state axis n of an input
 without it).  For an input without the axis n of a vector recurrence, the sum over n of its scan
 terms is a **readout of the adjoint** (``grad_sum_dt[t] = sum(lam_h[t, n] * (...))``, the past
-state read as an input ``fwd_h_prev[t, n]``): a lane-loop plan reduces it in the adjoint's own
+state read as an input ``fwd_h_prev[t, n]``, or the saved state at its own step, ``fwd_h[t, n]``,
+where :func:`explorer.summed_readouts.through_state` allows): a lane-loop plan reduces it in the adjoint's own
 kernel, and the B x D x N x L products of those terms are never laid out
 (:func:`explorer.summed_readouts.summed_readouts`).
 
@@ -67,13 +68,12 @@ from explorer.frontend.names import RESERVED_NAMES, h0_name
 from explorer.frontend.recurrence import FUNCTIONS, Recurrence
 from explorer.passes.affine import AffineForm, LaneSum, decompose, state_symbol, symbol
 from explorer.spelling import MUL, Unprintable, spell, to_text, wrap
-from explorer.summed_readouts import summed_readouts
+from explorer.summed_readouts import TRAJECTORY, summed_readouts, through_state
 
 #: how the names of the backward recurrence are formed from those of the forward
 ADJOINT = "lam_{}"        # the adjoint of state h: lam_h (lam_h_1 for the companion h[t-1])
 NEXT = "{}_next"          # input x one step later: x_next[t] = x[t+1]
 COTANGENT = "grad_{}"     # dL/dh[t], dL/dy[t]
-TRAJECTORY = "fwd_{}"     # the forward's h[t], read by a readout's derivative
 DIRECT = "d_{}"           # a direct term passed as an array
 
 
@@ -208,6 +208,9 @@ class Backward:
             how = ("read in place by the adjoint's kernels, scan.read" if n.read_offsets
                    else "passed as shifted copies")
             lines.append(f"the forward's arrays at other times ({how}): " + ", ".join(shifted))
+        if n.trajectory:
+            lines.append("the forward's saved states read at their own step: " + ", ".join(
+                f"{v}[t] = {s}[t]" for s, v in n.trajectory.items()))
         comps = self.form.components
         lam = {i: n.adjoint[c] for i, c in enumerate(comps)}
         for name in (*self.forward.inputs, *self.forward.params):
@@ -447,8 +450,13 @@ def _derive(rec: Recurrence) -> Backward:
                     if A[i, form.component_index(s)] != 0] for s in rec.states}
     previous: dict[str, str] = {}
     summed: dict[str, str] = {}
+    through = through_state(form, scan_terms, rec.inputs)
     text, back, previous, summed = summed_readouts(
-        rec, comps, adjoint, scan_terms, namer, text, back, label, timed, lane_names, ref)
+        rec, comps, adjoint, {**scan_terms, **through}, namer, text, back, label, timed,
+        lane_names, ref, trajectory)
+    # a summed gradient rewritten through h[t] is that readout; the elementwise formulas keep
+    # h[t-1] (read without a copy, see explorer.gradients.product)
+    scan_terms.update({n: t for n, t in through.items() if n in summed})
     offsets = {} if vector else {**{v: 1 for v in nxt.values()},
                                  **{v: -1 for v in previous.values()}}
     names = BackwardNames(adjoint, nxt, cot, trajectory, direct_arrays, previous, summed,

@@ -3,7 +3,8 @@
 For an input ``x[t]`` without the axis n of a vector recurrence, the scan terms of its gradient
 are ``sum_n lam[t, n] * (dA_t/dx s_{t-1} + db_t/dx)[n]``: a lane-summed readout of the adjoint
 recurrence (:func:`summed_readouts`), which :mod:`explorer.autodiff` adds to the backward it
-derives.
+derives.  Where the step's own state can stand for the past one (:func:`through_state`:
+``dA_t/dx s_{t-1} = q (s_t - b_t)``), the readout reads the forward's saved ``h[t]`` where it is.
 """
 
 from __future__ import annotations
@@ -14,18 +15,66 @@ import sympy
 
 from explorer.errors import RecurrenceError
 from explorer.frontend.recurrence import Recurrence
-from explorer.passes.affine import state_symbol
+from explorer.passes.affine import AffineForm, state_symbol, symbol
 from explorer.spelling import MUL, Unprintable, spell, wrap
 
 PREVIOUS = "fwd_{}_prev"  # the forward's h[t-1], read by a gradient summed in the adjoint
+TRAJECTORY = "fwd_{}"     # the forward's h[t], read by the adjoint
 GRADIENT = "grad_sum_{}"  # a gradient summed over n in the adjoint's kernel (a readout)
+
+
+def through_state(form: AffineForm, scan_terms: dict[str, list[tuple[int, sympy.Expr]]],
+                  names: Sequence[str]) -> dict[str, list[tuple[int, sympy.Expr]]]:
+    """The scan terms of ``names`` with the past state written through the step's own state,
+    where that is exact and keeps float32's accuracy: name -> rewritten terms (the others are
+    left out).
+
+    For a first-order state (one component: ``s_t = A_t s_{t-1} + b_t``, scalar or one lane of
+    a diagonal state), ``A_t s_{t-1} = s_t - b_t``.  So where ``dA_t/dx = q A_t``, the term
+    ``dA_t/dx s_{t-1} + db_t/dx`` is ``q (s_t - b_t) + db_t/dx``: it reads the saved trajectory
+    ``s_t`` at its own step, no copy of it shifted (for the selective scan's ``dt``,
+    ``A exp(A dt) h[t-1] + B x`` becomes ``A (h[t] - dt B x) + B x``, one ``exp`` fewer too).  At
+    t = 0 the identity holds with the initial state (the forward computed ``s_0 = A_0 h0 +
+    b_0``), so no step is special.  The difference ``s_t - b_t`` cancels where the gate forgets
+    (``A_t`` near 0): its rounding, about ``eps |q b_t|``, must stay small against the
+    companion ``db_t/dx``.  So the rewrite is taken only where ``q b_t / (db_t/dx)`` is a
+    constant times ``log A_t`` (the error then grows with the gate's exponent, not with
+    ``1 / A_t``: ``A dt`` for ``exp(A dt)``, the Mamba preset's ``A softplus(dt + dt_bias)``).
+    A term without ``db_t/dx`` (``exp(A dt)``'s ``A``: all cancellation) keeps ``s_{t-1}``, as
+    does ``A_t = a[t]`` (``q = 1/a``) and ``sigmoid(g)`` or ``exp(-softplus(g))`` gates."""
+    if form.size != 1:
+        return {}
+    (state, _), = form.components
+    A_t, b_t = form.A[0, 0], form.b[0]
+    if A_t == 0 or not A_t.free_symbols:
+        return {}
+    prev, now = state_symbol(state, 1), state_symbol(state, 0)
+    log_gate = sympy.expand_log(sympy.log(A_t), force=True)
+    out: dict[str, list[tuple[int, sympy.Expr]]] = {}
+    for name in names:
+        if name not in scan_terms:
+            continue
+        x = symbol(name)
+        d_a, d_b = sympy.diff(A_t, x), sympy.diff(b_t, x)
+        if d_a == 0 or d_b == 0:
+            continue
+        q = sympy.diff(log_gate, x)   # d_a / A_t, as the gate spells it (no exp split)
+        if {prev, now} & q.free_symbols or \
+                sympy.fraction(sympy.together(q))[1].is_positive is not True:
+            continue
+        ratio = sympy.simplify(q * b_t / d_b / log_gate)
+        if not ratio.is_number or ratio == 0:
+            continue
+        out[name] = [(i, q * (now - b_t) + d_b) for i, _ in scan_terms[name]]
+    return out
 
 
 def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
                      adjoint: dict[tuple[str, int], str],
                      scan_terms: dict[str, list[tuple[int, sympy.Expr]]], namer: Callable[..., str],
                      text: str, back: Recurrence, label: str, timed: set[str],
-                     lane_names: set[str], ref: Callable[[str], str]
+                     lane_names: set[str], ref: Callable[[str], str],
+                     trajectory: dict[str, str]
                      ) -> tuple[str, Recurrence, dict[str, str], dict[str, str]]:
     """Readouts of the adjoint recurrence that give the scan terms of a gradient (summed over n
     for a vector recurrence).
@@ -34,7 +83,9 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
     ``dL/dx[t]`` are ``sum_n lam[t, n] * (dA_t/dx s_{t-1} + db_t/dx)[n]``: a lane-summed readout
     of the adjoint, which a lane-loop plan reduces in the adjoint's own kernel (the B x D x N x L
     products are never laid out). The past states ``s[t-1]`` enter as inputs
-    ``fwd_<state>_prev[t, n]``. Terms the language cannot spell, or that read a state two or
+    ``fwd_<state>_prev[t, n]``, the states at t (terms rewritten by :func:`through_state`) as
+    ``fwd_<state>[t, n]`` (added to ``trajectory``, the forward's trajectories the adjoint
+    reads). Terms the language cannot spell, or that read a state two or
     more steps back, stay with the elementwise formulas. For a scalar state the readout is the
     term itself, ``lam[t] * (dA_t/dx s_{t-1} + db_t/dx)`` (``grad_sum_a[t] = lam_h[t] *
     fwd_h_prev[t]`` for ``h[t] = a[t] * h[t-1] + b[t]``: the adjoint's kernel writes the
@@ -45,6 +96,8 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
     summed: dict[str, str] = {}
     lines: list[str] = []
     past = {state_symbol(st, 1).name: st for st in rec.states}
+    now = {state_symbol(st, 0).name: st for st in rec.states}
+    traj = dict(trajectory)   # the states the readouts read at t (through_state)
     lane_of = set(rec.lane_names)
     at = "[t, n]" if rec.vector else "[t]"
     for name in rec.inputs:
@@ -54,14 +107,19 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
         if not rec.vector and len(terms) == 1 and terms[0][1] == 1:
             continue   # the gradient is lam itself
         reads = {sym.name for _, e in terms for sym in e.free_symbols}
-        if any("[" in r and r not in past for r in reads):
-            continue   # a state at t or two or more steps back (``h[t-2]``): not an input here
+        if any("[" in r and r not in past and r not in now for r in reads):
+            continue   # a state two or more steps back (``h[t-2]``): not an input here
         new_prev = {past[r]: previous.get(past[r]) or namer(PREVIOUS.format(past[r]))
                     for r in reads if r in past}
+        for r in reads:
+            if r in now and now[r] not in traj:
+                traj[now[r]] = namer(TRAJECTORY.format(now[r]))
 
         def name_of(sym: str, new_prev: dict[str, str] = new_prev) -> str:
             if sym in past:
                 return f"{new_prev[past[sym]]}{at}"
+            if sym in now:
+                return f"{traj[now[sym]]}{at}"
             return ref(sym)
         try:
             body = " + ".join(f"{adjoint[comps[i]]}{at} * {wrap(spell(e, name_of), MUL)}"
@@ -74,11 +132,13 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
                      f"{summed[name]}[t] = {body}")
     if not lines:
         return text, back, {}, {}
-    timed |= set(previous.values())
-    if rec.vector:
-        lane_names |= set(previous.values())
     full = text + "\n" + "\n".join(lines)
     try:
-        return full, Recurrence.parse(full, name=label), previous, summed
+        parsed = Recurrence.parse(full, name=label)
     except RecurrenceError:   # a readout the language refuses: the formulas keep them all
         return text, back, {}, {}
+    trajectory.update(traj)
+    timed |= set(previous.values()) | set(traj.values())
+    if rec.vector:
+        lane_names |= set(previous.values()) | set(traj.values())
+    return full, parsed, previous, summed

@@ -459,15 +459,18 @@ def test_the_adjoint_of_the_selective_scan_reads_like_its_math():
     bw = ex.grad(ex.PRESETS["selective scan"])
     assert bw.text == ("lam_h[t, n] = exp(A[n] * dt_next[t]) * lam_h[t-1, n] "
                        "+ C[t, n] * grad_y[t] + grad_h[t, n]\n"
-                       "grad_sum_dt[t] = sum(lam_h[t, n] * (A[n] * fwd_h_prev[t, n] * "
-                       "exp(A[n] * dt[t]) + B[t, n] * x[t]))\n"
+                       "grad_sum_dt[t] = sum(lam_h[t, n] * (A[n] * (-B[t, n] * dt[t] * x[t] "
+                       "+ fwd_h[t, n]) + B[t, n] * x[t]))\n"
                        "grad_sum_x[t] = sum(lam_h[t, n] * B[t, n] * dt[t])")
     assert bw.names.next == {"dt": "dt_next"}
     # the gradients of the inputs without the axis n are the adjoint's lane-summed readouts
     assert bw.names.summed == {"dt": "grad_sum_dt", "x": "grad_sum_x"}
-    assert bw.names.previous == {"h": "fwd_h_prev"}
+    # exp(A dt) h[t-1] = h[t] - dt B x: the saved states are read at their own step
+    assert bw.names.previous == {} and bw.names.trajectory == {"h": "fwd_h"}
     assert "dL/dx = grad_sum_x  (the adjoint's readout) + grad_y * (D)" in bw.summary()
+    # dL/dA has no term beside it to bound h[t] - dt B x's rounding: it keeps h[t-1]
     assert "dL/dA = lam_h * (dt*h[t-1]*exp(A*dt))  summed over t" in bw.summary()
+    assert "read at their own step: fwd_h[t] = h[t]" in bw.summary()
 
 
 def test_the_adjoint_compiles_through_every_stage_backwards():
