@@ -89,6 +89,13 @@ DIRECT = "d_{}"           # a direct term passed as an array
 #: so the spills are not the cost; one warp of ``warp_shuffle`` ran slower direct (3.36 -> 6.41
 #: ms), so it keeps the plan's choice
 DIRECT_ADJOINT = ("blelloch",)
+#: the tile of that direct adjoint (unless given): its lane loop holds every stream's elements
+#: in registers (the selective scan's seven inputs and lam), so fewer a thread run faster.
+#: Measured on an H100 (``bench/grad_speed.py --kernels``, selective scan, adjoint kernel at
+#: 8 x 1536 x 16 x 2^11 and 2 x 512 x 16 x 2^10): 128 threads by 8 elements 2.94 and 0.159 ms,
+#: by 4 2.19 and 0.114, by 2 2.80 and 0.151, by 16 5.49 (at the larger); 64 by 4 2.12 and
+#: 0.102, 256 by 4 2.31 and 0.104, 256 by 2 3.92 and 0.171
+ADJOINT_TILE = {"block_size": 64, "elements_per_thread": 4}
 
 
 class _Namer:
@@ -238,7 +245,8 @@ class Backward:
         summed readouts); the forward's arrays it reads at another time are read in place
         (``read_offsets``: :attr:`BackwardNames.read_offsets`). On the GPU the Blelloch adjoint
         of a vector recurrence takes direct tiles unless ``tile_layout`` is given
-        (:data:`DIRECT_ADJOINT`)."""
+        (:data:`DIRECT_ADJOINT`), of :data:`ADJOINT_TILE` threads and elements unless those are
+        given."""
         from explorer.compiler import compile as _compile
         from explorer.errors import OptionError
 
@@ -252,6 +260,8 @@ class Backward:
         if (target == "cuda" and strategy in DIRECT_ADJOINT and self.forward.vector
                 and options.get("tile_layout", "auto") == "auto"):
             options["tile_layout"] = "direct"
+            for k, v in ADJOINT_TILE.items():
+                options.setdefault(k, v)
         return _compile(self.recurrence, target=target, strategy=strategy, reverse=True,
                         **options)
 

@@ -220,9 +220,16 @@ class RecurrenceOp:
 
     # -- the compiles --------------------------------------------------------------------------
     def _options(self) -> dict[str, Any]:
-        """The compile options the adjoint shares (it stores its states, its only outputs)."""
+        """The compile options the adjoint shares (it stores its states, its only outputs).
+        The forward's tile is the adjoint's only where it is not the default one: the adjoint
+        picks its own (:data:`explorer.autodiff.ADJOINT_TILE`)."""
+        from explorer.codegen.options import Options
+
+        defaults = Options()
         return {k: v for k, v in self.compiled.options.items()
-                if k not in ("strategy", "target", "reverse", "outputs", "read_offsets")}
+                if k not in ("strategy", "target", "reverse", "outputs", "read_offsets")
+                and not (k in ("block_size", "elements_per_thread")
+                         and v == getattr(defaults, k))}
 
     def _forward_for(self, target: str) -> Compiled:
         if target == self.compiled.target or target == "cpu":

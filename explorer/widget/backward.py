@@ -62,7 +62,8 @@ class BackwardToggle:
             self.button.observe(self._toggled, names="value")
             return False
         self.forward = (ex.text.value, bool(ex.reverse.value), ex.outputs.value,
-                        dict(ex.kept_options), ex.tile_layout.value)
+                        dict(ex.kept_options), ex.tile_layout.value,
+                        (ex.block_size.value, ex.elements_per_thread.value))
         from explorer.widget.app import _kept_html
 
         kept = {k: v for k, v in ex.kept_options.items() if k != "read_offsets"}
@@ -74,15 +75,22 @@ class BackwardToggle:
             "<details open><summary>the gradients, from the adjoint</summary><pre "
             "style='font-size:12px;margin:4px 0'>"
             f"{html.escape(backward.summary())}</pre></details>")
-        from explorer.autodiff import DIRECT_ADJOINT
+        from explorer.autodiff import ADJOINT_TILE, DIRECT_ADJOINT
+        from explorer.codegen.options import Options
 
         with ex.holding():
             ex.reverse.value = True
             ex.outputs.value = "all"
-            # the tiles Backward.compile gives the adjoint (its lane loop streams lam out)
+            # the tiles Backward.compile gives the adjoint (its lane loop streams lam out),
+            # of its own size where the controls hold the default one
             if (ex.target.value == "cuda" and ex.strategy.value in DIRECT_ADJOINT
                     and backward.forward.vector and ex.tile_layout.value == "auto"):
                 ex.tile_layout.value = "direct"
+                default = Options()
+                if ex.block_size.value == default.block_size:
+                    ex.block_size.value = ADJOINT_TILE["block_size"]
+                if ex.elements_per_thread.value == default.elements_per_thread:
+                    ex.elements_per_thread.value = ADJOINT_TILE["elements_per_thread"]
             ex.text.value = backward.text
         return ex.recompile()
 
@@ -93,7 +101,7 @@ class BackwardToggle:
             return ex.recompile()
         from explorer.widget.app import _kept_html
 
-        text, reverse, outputs, kept, tiles = self.forward
+        text, reverse, outputs, kept, tiles, (block, elements) = self.forward
         self.forward = None
         self.formulas.value = ""
         ex.kept_options = kept
@@ -102,5 +110,7 @@ class BackwardToggle:
             ex.reverse.value = reverse
             ex.outputs.value = outputs
             ex.tile_layout.value = tiles
+            ex.block_size.value = block
+            ex.elements_per_thread.value = elements
             ex.text.value = text
         return ex.recompile()

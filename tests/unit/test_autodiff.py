@@ -572,3 +572,26 @@ def test_the_blelloch_adjoint_of_a_vector_recurrence_takes_direct_tiles_on_the_g
     assert vector.compile(target="cuda", tile_layout="staged").scan_plan.layout == "staged"
     assert vector.compile(target="cpu").scan_plan.layout == "staged"
     assert scalar.compile(target="cuda").scan_plan.layout == "staged"
+
+
+def test_that_direct_adjoint_takes_its_own_tile_unless_one_is_given():
+    """autodiff.ADJOINT_TILE: fewer elements a thread for the lane loop that holds every
+    stream in registers; a tile given to compile(), or chosen for the forward of a torch
+    operator, is kept; the other plans keep the compile defaults."""
+    from explorer.autodiff import ADJOINT_TILE
+
+    vector = ex.grad(ex.PRESETS["selective scan"])
+    tile = ("block_size", "elements_per_thread")
+    got = vector.compile(target="cuda").options
+    assert {k: got[k] for k in tile} == ADJOINT_TILE
+    assert vector.compile(target="cuda", elements_per_thread=8).options[tile[1]] == 8
+    assert vector.compile(target="cuda", block_size=32).options[tile[0]] == 32
+    for other in (vector.compile(target="cpu"), vector.compile(target="cuda", tile_layout="staged"),
+                  ex.grad(ex.PRESETS["affine scan"]).compile(target="cuda")):
+        assert (other.options["block_size"], other.options["elements_per_thread"]) == (128, 8)
+    # the operator passes the forward's tile to its adjoint only where it is not the default
+    op = ex.compile(ex.PRESETS["selective scan"], target="cpu").torch()
+    assert not set(tile) & set(op._options())
+    op = ex.compile(ex.PRESETS["selective scan"], target="cpu", block_size=64,
+                    elements_per_thread=2).torch()
+    assert {k: op._options()[k] for k in tile} == {"block_size": 64, "elements_per_thread": 2}

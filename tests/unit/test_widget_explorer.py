@@ -12,6 +12,7 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
 
 import explorer as ex  # noqa: E402
+from explorer.autodiff import ADJOINT_TILE  # noqa: E402
 from explorer.widget import Explorer  # noqa: E402
 
 AFFINE = ex.PRESETS["affine scan"]
@@ -683,7 +684,8 @@ def test_the_backward_toggle_shows_the_adjoint_and_gives_the_forward_back() -> N
 
 def test_the_backward_on_the_gpu_takes_the_adjoints_tiles() -> None:
     """As ex.grad(text).compile() does on the GPU: the Blelloch adjoint of a vector recurrence
-    takes direct tiles (its lane loop streams lam out); the forward gets "auto" back."""
+    takes direct tiles (its lane loop streams lam out) of its own size; the forward gets "auto"
+    and its tile back."""
     text = ex.PRESETS["selective scan"]
     w = Explorer(text)
     assert w.target.value == "cuda" and w.tile_layout.value == "auto"
@@ -692,8 +694,20 @@ def test_the_backward_on_the_gpu_takes_the_adjoints_tiles() -> None:
     want = ex.grad(text).compile(target="cuda")
     assert w.tile_layout.value == "direct"
     assert w.compiled.scan_plan.layout == want.scan_plan.layout == "direct"
+    for k in ("block_size", "elements_per_thread"):
+        assert w.compiled.options[k] == want.options[k] == ADJOINT_TILE[k], k
     w.backward.button.value = False
     assert w.tile_layout.value == "auto" and w.compiled.recurrence.text == text
+    assert (w.block_size.value, w.elements_per_thread.value) == (128, 8)
+    # a tile chosen in the controls is the adjoint's too, as one given to compile() is
+    w.block_size.value = 256
+    w.backward.button.value = True
+    assert w.error is None, w.error
+    assert w.compiled.options["block_size"] == 256
+    assert w.compiled.options["elements_per_thread"] == ADJOINT_TILE["elements_per_thread"]
+    assert ex.grad(text).compile(target="cuda", block_size=256).options["block_size"] == 256
+    w.backward.button.value = False
+    assert (w.block_size.value, w.elements_per_thread.value) == (256, 8)
 
 
 def test_the_backward_of_a_scalar_state_reads_the_forward_arrays_in_place() -> None:
