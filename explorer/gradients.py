@@ -14,6 +14,7 @@ import sympy
 
 from explorer.frontend.names import h0_name
 from explorer.passes.affine import LaneSum, state_symbol
+from explorer.passes.lanesum import Sigmoid, Softplus
 
 if TYPE_CHECKING:
     from explorer.autodiff import Backward
@@ -33,6 +34,12 @@ class Ops:
 
     def tanh(self, x: Any) -> Any:
         return np.tanh(x)
+
+    def sigmoid(self, x: Any) -> Any:
+        return 0.5 * (1.0 + np.tanh(0.5 * x))   # no overflow
+
+    def softplus(self, x: Any) -> Any:
+        return np.logaddexp(0.0, x)
 
     def abs(self, x: Any) -> Any:
         return np.abs(x)
@@ -138,7 +145,7 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Any], ops: Ops, full: tuple[int
     if isinstance(expr, sympy.Heaviside):
         return (ops.sign(evaluate(args[0], env, ops, full)) + 1.0) * 0.5
     funcs = {sympy.exp: ops.exp, sympy.log: ops.log, sympy.tanh: ops.tanh, sympy.Abs: ops.abs,
-             sympy.sign: ops.sign}
+             sympy.sign: ops.sign, Sigmoid: ops.sigmoid, Softplus: ops.softplus}
     f = funcs.get(expr.func)
     if f is not None:
         return f(evaluate(args[0], env, ops, full))

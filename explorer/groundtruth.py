@@ -205,8 +205,8 @@ def _prefix_products(A: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 _NP_FUNCS: dict[str, Callable[[Any], Any]] = {
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs,
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "softplus": lambda x: np.log1p(np.exp(x)),
+    "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),   # no overflow at any x
+    "softplus": lambda x: np.logaddexp(0.0, x),
 }
 
 

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import sympy
 
+from explorer.passes.lanesum import Sigmoid, Softplus
+
 
 class Unprintable(ValueError):
     """A sympy expression the language cannot spell (sign, Heaviside, a sum over n ...)."""
@@ -79,7 +81,8 @@ def spell(e: sympy.Expr, ref: Callable[[str], str]) -> tuple[str, int]:
         if exponent < 0:
             return f"1 / {wrap(spell(base ** -exponent, ref), _POW)}", MUL
         return f"{wrap(spell(base, ref), _POW + 1)} ** {_number(float(exponent))}", _POW
-    names = {sympy.exp: "exp", sympy.log: "log", sympy.tanh: "tanh", sympy.Abs: "abs"}
+    names = {sympy.exp: "exp", sympy.log: "log", sympy.tanh: "tanh", sympy.Abs: "abs",
+             Sigmoid: "sigmoid", Softplus: "softplus"}
     if e.func in names:
         return f"{names[e.func]}({spell(e.args[0], ref)[0]})", _ATOM
     if isinstance(e, sympy.Max | sympy.Min):

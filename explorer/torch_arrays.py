@@ -27,6 +27,13 @@ class TorchOps(Ops):
     def tanh(self, x: Any) -> Any:
         return self.torch.tanh(x)
 
+    def sigmoid(self, x: Any) -> Any:
+        return self.torch.sigmoid(x)
+
+    def softplus(self, x: Any) -> Any:
+        # no threshold: log(1 + exp(x)) computed without overflow at every x
+        return self.torch.logaddexp(x, self.torch.zeros((), dtype=x.dtype, device=x.device))
+
     def abs(self, x: Any) -> Any:
         return self.torch.abs(x)
 

@@ -37,6 +37,7 @@ from mlir.ir import (
 )
 
 from explorer.errors import CompileError
+from explorer.passes.lanesum import Sigmoid, Softplus
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,6 +218,16 @@ class ExprEmitter:
             return math.log(self(e.args[0]))
         if isinstance(e, sympy.tanh):
             return math.tanh(self(e.args[0]))
+        if isinstance(e, Sigmoid):   # 1 / (1 + exp(-x)): 1 / inf is 0, no overflow
+            one = cf(1.0)
+            return arith.divf(one, arith.addf(one, math.exp(arith.negf(self(e.args[0])))))
+        if isinstance(e, Softplus):
+            # max(x, 0) + log(1 + exp(-|x|)): exp of a non-positive number, no overflow; as
+            # log(1 + exp(x)) did, 0 below x = -16.6 (log1p would keep those tiny values, at
+            # a longer libdevice call in the lane loop)
+            x = self(e.args[0])
+            tail = math.log(arith.addf(cf(1.0), math.exp(arith.negf(math.absf(x)))))
+            return arith.addf(arith.maximumf(x, cf(0.0)), tail)
         if isinstance(e, sympy.Abs):
             return math.absf(self(e.args[0]))
         if isinstance(e, sympy.Max | sympy.Min):

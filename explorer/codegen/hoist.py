@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from explorer.codegen.emit import is_lane_sum
+from explorer.passes.lanesum import Sigmoid, Softplus
 
 #: the names of channel values begin with this (not a name of the language: no collision)
 PREFIX = "#"
@@ -88,7 +89,7 @@ def hoist(exprs: Sequence[sympy.Expr], channel: set[str], timed: set[str]) -> Ho
 
 
 #: what a lane would compute at a cost worth a staged value
-_COSTLY = (sympy.exp, sympy.log, sympy.tanh, sympy.Abs, sympy.Max, sympy.Min)
+_COSTLY = (sympy.exp, sympy.log, sympy.tanh, sympy.Abs, sympy.Max, sympy.Min, Sigmoid, Softplus)
 
 
 def _costly(e: sympy.Basic) -> bool:

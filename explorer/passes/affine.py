@@ -33,7 +33,7 @@ from explorer.frontend.recurrence import (
     Unary,
     fold,
 )
-from explorer.passes.lanesum import LaneSum
+from explorer.passes.lanesum import LaneSum, Sigmoid, Softplus
 from explorer.passes.numeric import evaluate
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ _Part: TypeAlias = "sympy.Expr | _Terms | _Factors"
 
 
 def to_sympy(expr: Expr, states: Mapping[tuple[str, int], sympy.Expr]) -> sympy.Expr:
-    """Translate the language's expression tree into sympy (sigmoid and softplus expanded).
+    """Translate the language's expression tree into sympy (sigmoid and softplus as the functions
+    of :mod:`explorer.passes.lanesum`).
 
     Bottom-up without recursion (a legal sum may be thousands of terms deep); the terms of a
     chain of ``+``/``-`` (factors of ``*``) are collected and handed to sympy once, which keeps
@@ -124,9 +125,9 @@ def _call(f: str, args: list[sympy.Expr]) -> sympy.Expr:
     if f == "abs":
         return sympy.Abs(args[0])
     if f == "sigmoid":
-        return 1 / (1 + sympy.exp(-args[0]))
+        return Sigmoid(args[0])
     if f == "softplus":
-        return sympy.log(1 + sympy.exp(args[0]))
+        return Softplus(args[0])
     if f == "max":
         return sympy.Max(*args)
     if f == "min":

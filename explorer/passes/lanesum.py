@@ -1,6 +1,16 @@
-"""The sum over the state axis ``n`` as a sympy function, shared by the affine decomposition
+"""The sympy functions of the language that sympy has no class for: the sum over the state axis
+``n``, ``sigmoid`` and ``softplus``. Shared by the affine decomposition
 (:mod:`explorer.passes.affine`) and the numeric evaluation of its expressions
-(:mod:`explorer.passes.numeric`), which import it from here (and not from each other)."""
+(:mod:`explorer.passes.numeric`), which import them from here (and not from each other).
+
+``sigmoid`` and ``softplus`` stay functions through the algebra (their derivatives are
+``sigmoid(x) (1 - sigmoid(x))`` and ``sigmoid(x)``): written out as ``1 / (1 + exp(-x))`` and
+``log(1 + exp(x))``, sympy's algebra turns them into forms such as ``exp(x) / (exp(x) + 1)``,
+which overflow to ``inf / inf`` in float32 for x past 88, and ``log(1 + exp(x))`` itself is
+``inf`` there. Each consumer computes them in a form that cannot overflow: the kernels
+(:mod:`explorer.codegen.emit`), NumPy (:mod:`explorer.passes.numeric`), the gradient
+formulas (:mod:`explorer.gradients`).
+"""
 
 from __future__ import annotations
 
@@ -17,3 +27,64 @@ class LaneSum(sympy.Function):
 
     def _sympystr(self, printer: sympy.printing.str.StrPrinter) -> str:
         return f"sum({printer._print(self.args[0])})"
+
+
+class Sigmoid(sympy.Function):
+    """``1 / (1 + exp(-x))``."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
+        if x.is_Number:
+            return 1 / (1 + sympy.exp(-x))
+        return None
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        s = Sigmoid(self.args[0])
+        return s * (1 - s)
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real
+
+    def _eval_is_positive(self) -> bool | None:
+        return True if self.args[0].is_real else None
+
+    def _eval_rewrite_as_exp(self, x: sympy.Expr, **kwargs: object) -> sympy.Expr:
+        return 1 / (1 + sympy.exp(-x))
+
+    def _latex(self, printer: sympy.printing.latex.LatexPrinter) -> str:
+        return r"\sigma\left(" + printer._print(self.args[0]) + r"\right)"
+
+    def _sympystr(self, printer: sympy.printing.str.StrPrinter) -> str:
+        return f"sigmoid({printer._print(self.args[0])})"
+
+
+class Softplus(sympy.Function):
+    """``log(1 + exp(x))``."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
+        if x.is_Number:
+            return sympy.log(1 + sympy.exp(x))
+        return None
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        return Sigmoid(self.args[0])
+
+    def _eval_is_real(self) -> bool | None:
+        return self.args[0].is_real
+
+    def _eval_is_positive(self) -> bool | None:
+        return True if self.args[0].is_real else None
+
+    def _eval_rewrite_as_exp(self, x: sympy.Expr, **kwargs: object) -> sympy.Expr:
+        return sympy.log(1 + sympy.exp(x))
+
+    def _latex(self, printer: sympy.printing.latex.LatexPrinter) -> str:
+        return r"\operatorname{softplus}\left(" + printer._print(self.args[0]) + r"\right)"
+
+    def _sympystr(self, printer: sympy.printing.str.StrPrinter) -> str:
+        return f"softplus({printer._print(self.args[0])})"
