@@ -14,6 +14,8 @@ formulas (:mod:`explorer.gradients`).
 
 from __future__ import annotations
 
+import math
+
 import sympy
 
 
@@ -36,8 +38,8 @@ class Sigmoid(sympy.Function):
 
     @classmethod
     def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
-        if x.is_Number:
-            return 1 / (1 + sympy.exp(-x))
+        if x.is_Number:   # a float, computed without overflow
+            return sympy.Float(0.5 * (1.0 + math.tanh(0.5 * float(x))))
         return None
 
     def fdiff(self, argindex: int = 1) -> sympy.Expr:
@@ -67,8 +69,9 @@ class Softplus(sympy.Function):
 
     @classmethod
     def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
-        if x.is_Number:
-            return sympy.log(1 + sympy.exp(x))
+        if x.is_Number:   # a float, computed without overflow
+            v = float(x)
+            return sympy.Float(max(v, 0.0) + math.log1p(math.exp(-abs(v))))
         return None
 
     def fdiff(self, argindex: int = 1) -> sympy.Expr:

@@ -28,6 +28,8 @@ def test_the_functions_stay_functions_and_differentiate_into_each_other():
     assert sympy.diff(Softplus(x), x) == Sigmoid(x)
     assert sympy.diff(Sigmoid(x), x) == Sigmoid(x) * (1 - Sigmoid(x))
     assert abs(float(Softplus(sympy.Integer(2))) - np.logaddexp(0, 2)) < 1e-12
+    assert float(Softplus(sympy.Float(1000.0))) == 1000.0      # numbers fold without overflow
+    assert float(Sigmoid(sympy.Integer(-1000))) == 0.0 and float(Sigmoid(sympy.Integer(0))) == 0.5
     assert str(Softplus(x)) == "softplus(x)" and str(Sigmoid(x)) == "sigmoid(x)"
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # no overflow warning from NumPy
