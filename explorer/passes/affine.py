@@ -212,7 +212,9 @@ class AffineForm:
             "identity": r"e = (I, 0)",
         }
         for name, e in self.readouts.items():
-            out[f"readout {name}"] = f"{name}_t = " + sympy.latex(e)
+            # a name with underscores is a subscripted symbol (grad_{sum dt}): braced, so
+            # that _t is not a double subscript, which MathJax refuses
+            out[f"readout {name}"] = f"{{{sympy.latex(symbol(name))}}}_t = " + sympy.latex(e)
         return out
 
     # -- numbers -----------------------------------------------------------------------------

@@ -102,6 +102,18 @@ def test_text_and_latex_renderings():
     tex = f.to_latex()
     assert tex["A"].startswith("A_t = ") and "e^{A dt}" in tex["A"]
     assert r"\circ" in tex["combine"] and r"\sum_{n}" in tex["readout y"]
+    assert tex["readout y"].startswith("{y}_t = ")
+
+
+def test_readout_names_with_underscores_are_no_double_subscripts():
+    """``grad_sum_dt_t`` is a double subscript to MathJax, which shows the source in red
+    instead (the browser test of the Mamba backward looks for MathJax errors): the name is
+    braced as sympy writes the symbol."""
+    f = form(ex.grad(ex.PRESETS["Mamba selective scan"]).text)
+    tex = f.to_latex()
+    assert tex["readout grad_sum_dt"].startswith("{grad_{sum dt}}_t = ")
+    assert tex["readout grad_sum_x"].startswith("{grad_{sum x}}_t = ")
+    assert r"\sigma\left(z\right)" in tex["A"] + tex["b"]
 
 
 def test_the_largest_state_the_language_takes_decomposes_quickly():
