@@ -35,7 +35,7 @@ class BackwardToggle:
         self.formulas.add_class("sw-backward-formulas")
         #: the forward's text, reverse, outputs, kept options and tiles while the backward is
         #: shown
-        self.forward: tuple[str, bool, Any, dict[str, Any], str] | None = None
+        self.forward: tuple[str, bool, Any, dict[str, Any], str, tuple[int, int]] | None = None
         self.button.observe(self._toggled, names="value")
 
     def _toggled(self, change: dict[str, Any]) -> None:
