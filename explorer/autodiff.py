@@ -37,8 +37,8 @@ each summed over the axes its array was broadcast along (the batch, the state ax
 without it).  For an input without the axis n of a vector recurrence, the sum over n of its scan
 terms is a **readout of the adjoint** (``grad_sum_dt[t] = sum(lam_h[t, n] * (...))``, the past
 state read as an input ``fwd_h_prev[t, n]``, or the saved state at its own step, ``fwd_h[t, n]``,
-where :func:`explorer.summed_readouts.through_state` allows): a lane-loop plan reduces it in the adjoint's own
-kernel, and the B x D x N x L products of those terms are never laid out
+where :func:`explorer.summed_readouts.through_state` allows): a lane-loop plan reduces it in
+the adjoint's own kernel, and the B x D x N x L products of those terms are never laid out
 (:func:`explorer.summed_readouts.summed_readouts`).
 
 **Saved for backward**: the inputs, parameters and initial states given to the forward, and the
