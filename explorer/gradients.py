@@ -14,7 +14,7 @@ import sympy
 
 from explorer.frontend.names import h0_name
 from explorer.passes.affine import LaneSum, state_symbol
-from explorer.passes.lanesum import Sigmoid, Softplus
+from explorer.passes.lanesum import Sigmoid, Softplus, np_sigmoid, np_softplus
 
 if TYPE_CHECKING:
     from explorer.autodiff import Backward
@@ -36,10 +36,10 @@ class Ops:
         return np.tanh(x)
 
     def sigmoid(self, x: Any) -> Any:
-        return 0.5 * (1.0 + np.tanh(0.5 * x))   # no overflow
+        return np_sigmoid(x)   # no overflow
 
     def softplus(self, x: Any) -> Any:
-        return np.logaddexp(0.0, x)
+        return np_softplus(x)
 
     def abs(self, x: Any) -> Any:
         return np.abs(x)

@@ -28,6 +28,7 @@ from explorer.errors import RecurrenceError
 from explorer.frontend.names import h0_name
 from explorer.frontend.recurrence import Binary, Call, Expr, Num, Recurrence, Ref, Unary, fold
 from explorer.passes.affine import AffineForm, decompose
+from explorer.passes.lanesum import np_sigmoid, np_softplus
 from explorer.runtime.shapes import ArgSpec, canonical_views
 
 #: below this many steps a plain sequential loop is used
@@ -205,8 +206,7 @@ def _prefix_products(A: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 _NP_FUNCS: dict[str, Callable[[Any], Any]] = {
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs,
-    "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),   # no overflow at any x
-    "softplus": lambda x: np.logaddexp(0.0, x),
+    "sigmoid": np_sigmoid, "softplus": np_softplus,   # no overflow at any x
 }
 
 

@@ -14,8 +14,9 @@ formulas (:mod:`explorer.gradients`).
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
+import numpy as np
 import sympy
 
 
@@ -31,26 +32,46 @@ class LaneSum(sympy.Function):
         return f"sum({printer._print(self.args[0])})"
 
 
-class Sigmoid(sympy.Function):
-    """``1 / (1 + exp(-x))``."""
+def np_sigmoid(x: Any) -> Any:
+    """``1 / (1 + exp(-x))`` in NumPy without overflow (tanh saturates)."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=float)))
+
+
+def np_softplus(x: Any) -> Any:
+    """``log(1 + exp(x))`` in NumPy without overflow."""
+    return np.logaddexp(0.0, x)
+
+
+class _Saturating(sympy.Function):
+    """A function of one real argument, positive, written as the language writes it."""
 
     nargs = 1
-
-    @classmethod
-    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
-        if x.is_Number:   # a float, computed without overflow
-            return sympy.Float(0.5 * (1.0 + math.tanh(0.5 * float(x))))
-        return None
-
-    def fdiff(self, argindex: int = 1) -> sympy.Expr:
-        s = Sigmoid(self.args[0])
-        return s * (1 - s)
+    word = ""
 
     def _eval_is_real(self) -> bool | None:
         return self.args[0].is_real
 
     def _eval_is_positive(self) -> bool | None:
         return True if self.args[0].is_real else None
+
+    def _sympystr(self, printer: sympy.printing.str.StrPrinter) -> str:
+        return f"{self.word}({printer._print(self.args[0])})"
+
+
+class Sigmoid(_Saturating):
+    """``1 / (1 + exp(-x))``."""
+
+    word = "sigmoid"
+
+    @classmethod
+    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
+        if x.is_Number:   # a float, computed without overflow
+            return sympy.Float(float(np_sigmoid(float(x))))
+        return None
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        s = Sigmoid(self.args[0])
+        return s * (1 - s)
 
     def _eval_rewrite_as_exp(self, x: sympy.Expr, **kwargs: object) -> sympy.Expr:
         return 1 / (1 + sympy.exp(-x))
@@ -58,36 +79,23 @@ class Sigmoid(sympy.Function):
     def _latex(self, printer: sympy.printing.latex.LatexPrinter) -> str:
         return r"\sigma\left(" + printer._print(self.args[0]) + r"\right)"
 
-    def _sympystr(self, printer: sympy.printing.str.StrPrinter) -> str:
-        return f"sigmoid({printer._print(self.args[0])})"
 
-
-class Softplus(sympy.Function):
+class Softplus(_Saturating):
     """``log(1 + exp(x))``."""
 
-    nargs = 1
+    word = "softplus"
 
     @classmethod
     def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
         if x.is_Number:   # a float, computed without overflow
-            v = float(x)
-            return sympy.Float(max(v, 0.0) + math.log1p(math.exp(-abs(v))))
+            return sympy.Float(float(np_softplus(float(x))))
         return None
 
     def fdiff(self, argindex: int = 1) -> sympy.Expr:
         return Sigmoid(self.args[0])
-
-    def _eval_is_real(self) -> bool | None:
-        return self.args[0].is_real
-
-    def _eval_is_positive(self) -> bool | None:
-        return True if self.args[0].is_real else None
 
     def _eval_rewrite_as_exp(self, x: sympy.Expr, **kwargs: object) -> sympy.Expr:
         return sympy.log(1 + sympy.exp(x))
 
     def _latex(self, printer: sympy.printing.latex.LatexPrinter) -> str:
         return r"\operatorname{softplus}\left(" + printer._print(self.args[0]) + r"\right)"
-
-    def _sympystr(self, printer: sympy.printing.str.StrPrinter) -> str:
-        return f"softplus({printer._print(self.args[0])})"

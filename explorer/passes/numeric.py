@@ -12,16 +12,15 @@ from typing import Any
 import numpy as np
 import sympy
 
-from explorer.passes.lanesum import LaneSum, Sigmoid, Softplus
+from explorer.passes.lanesum import LaneSum, Sigmoid, Softplus, np_sigmoid, np_softplus
 
 _FUNCS: dict[type, Callable[[Any], Any]] = {
     sympy.exp: np.exp,
     sympy.log: np.log,
     sympy.tanh: np.tanh,
     sympy.Abs: np.abs,
-    # without overflow: tanh saturates, logaddexp(0, x) is log(1 + exp(x)) scaled
-    Sigmoid: lambda x: 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=float))),
-    Softplus: lambda x: np.logaddexp(0.0, x),
+    Sigmoid: np_sigmoid,   # without overflow
+    Softplus: np_softplus,
 }
 
 
