@@ -228,3 +228,22 @@ def test_storing_the_states_leaves_the_readout_unchanged(name: str) -> None:
     both = every(**arrays)
     assert set(both) == {"h", "y"}
     np.testing.assert_allclose(alone(**arrays), both["y"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", [n for n in LANE_SUMS if n.startswith("mamba-selective-scan")])
+def test_softplus_and_sigmoid_far_past_the_range_of_exp(name: str) -> None:
+    """``dt + dt_bias`` past 88 (softplus written as ``log(1 + exp(x))`` was inf there) and
+    ``z`` below -88 (the gate ``z * sigmoid(z)``): every output finite and as float64, on every
+    plan, ``fast_math="fast"`` included (its ``exp`` is ``ex2.approx``)."""
+    kernel = _kernel(name)
+    C, L, N = 4, 300, 16
+    arrays = _inputs(kernel, C, L, N, seed=11)
+    arrays["dt"] = (arrays["dt"] + 95.0).astype(np.float32)
+    z = arrays["z"].copy()
+    z[:, ::3] -= 120.0
+    arrays["z"] = z.astype(np.float32)
+    want = _reference(ARTIFACTS[name]["recurrence"], **arrays)
+    got = _outputs(kernel, kernel(**arrays))
+    for o, v in got.items():
+        assert np.all(np.isfinite(cp.asnumpy(v) if isinstance(v, cp.ndarray) else v)), o
+    _check(name, kernel, got, want)
