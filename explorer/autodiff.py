@@ -98,6 +98,17 @@ DIRECT_ADJOINT = ("blelloch",)
 ADJOINT_TILE = {"block_size": 64, "elements_per_thread": 4}
 
 
+def chosen_tile(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The tile entries of a forward's ``options`` (block size, elements a thread) that are
+    not the compile defaults: a forward's tile is its adjoint's only where it was chosen (the
+    torch operator, the widget's backward toggle); the adjoint picks its own otherwise."""
+    from explorer.codegen.options import Options
+
+    defaults = Options()
+    return {k: options[k] for k in ADJOINT_TILE
+            if k in options and options[k] != getattr(defaults, k)}
+
+
 class _Namer:
     """Hands out names that collide with nothing taken, and whose ``<name>0`` keyword (for
     states) collides with nothing either."""

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from explorer.autodiff import Backward, grad
+from explorer.autodiff import ADJOINT_TILE, Backward, chosen_tile, grad
 from explorer.fused_backward import FusedBackward, check_policy
 from explorer.gradients import gradients
 from explorer.torch_arrays import TorchOps
@@ -223,13 +223,10 @@ class RecurrenceOp:
         """The compile options the adjoint shares (it stores its states, its only outputs).
         The forward's tile is the adjoint's only where it is not the default one: the adjoint
         picks its own (:data:`explorer.autodiff.ADJOINT_TILE`)."""
-        from explorer.codegen.options import Options
-
-        defaults = Options()
-        return {k: v for k, v in self.compiled.options.items()
-                if k not in ("strategy", "target", "reverse", "outputs", "read_offsets")
-                and not (k in ("block_size", "elements_per_thread")
-                         and v == getattr(defaults, k))}
+        shared = {k: v for k, v in self.compiled.options.items()
+                  if k not in ("strategy", "target", "reverse", "outputs", "read_offsets",
+                               *ADJOINT_TILE)}
+        return {**shared, **chosen_tile(self.compiled.options)}
 
     def _forward_for(self, target: str) -> Compiled:
         if target == self.compiled.target or target == "cpu":

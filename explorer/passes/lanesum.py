@@ -47,6 +47,14 @@ class _Saturating(sympy.Function):
 
     nargs = 1
     word = ""
+    #: its value at a number, in NumPy without overflow
+    numeric: Any = None
+
+    @classmethod
+    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
+        if x.is_Number:   # a float, computed without overflow
+            return sympy.Float(float(cls.numeric(float(x))))
+        return None
 
     def _eval_is_real(self) -> bool | None:
         return self.args[0].is_real
@@ -62,12 +70,7 @@ class Sigmoid(_Saturating):
     """``1 / (1 + exp(-x))``."""
 
     word = "sigmoid"
-
-    @classmethod
-    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
-        if x.is_Number:   # a float, computed without overflow
-            return sympy.Float(float(np_sigmoid(float(x))))
-        return None
+    numeric = staticmethod(np_sigmoid)
 
     def fdiff(self, argindex: int = 1) -> sympy.Expr:
         s = Sigmoid(self.args[0])
@@ -84,12 +87,7 @@ class Softplus(_Saturating):
     """``log(1 + exp(x))``."""
 
     word = "softplus"
-
-    @classmethod
-    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
-        if x.is_Number:   # a float, computed without overflow
-            return sympy.Float(float(np_softplus(float(x))))
-        return None
+    numeric = staticmethod(np_softplus)
 
     def fdiff(self, argindex: int = 1) -> sympy.Expr:
         return Sigmoid(self.args[0])

@@ -75,8 +75,7 @@ class BackwardToggle:
             "<details open><summary>the gradients, from the adjoint</summary><pre "
             "style='font-size:12px;margin:4px 0'>"
             f"{html.escape(backward.summary())}</pre></details>")
-        from explorer.autodiff import ADJOINT_TILE, DIRECT_ADJOINT
-        from explorer.codegen.options import Options
+        from explorer.autodiff import ADJOINT_TILE, DIRECT_ADJOINT, chosen_tile
 
         with ex.holding():
             ex.reverse.value = True
@@ -86,11 +85,11 @@ class BackwardToggle:
             if (ex.target.value == "cuda" and ex.strategy.value in DIRECT_ADJOINT
                     and backward.forward.vector and ex.tile_layout.value == "auto"):
                 ex.tile_layout.value = "direct"
-                default = Options()
-                if ex.block_size.value == default.block_size:
-                    ex.block_size.value = ADJOINT_TILE["block_size"]
-                if ex.elements_per_thread.value == default.elements_per_thread:
-                    ex.elements_per_thread.value = ADJOINT_TILE["elements_per_thread"]
+                tile = {**ADJOINT_TILE, **chosen_tile({
+                    "block_size": ex.block_size.value,
+                    "elements_per_thread": ex.elements_per_thread.value})}
+                ex.block_size.value = tile["block_size"]
+                ex.elements_per_thread.value = tile["elements_per_thread"]
             ex.text.value = backward.text
         return ex.recompile()
 

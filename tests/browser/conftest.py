@@ -51,6 +51,17 @@ EXTENSION = "scanweaver-explorer"
 WHEEL_VARIABLE = "EXPLORER_TEST_WHEEL"
 
 
+def one_cell_notebook(cell_id: str, source: str) -> dict[str, Any]:
+    """A notebook (nbformat 4.5, the Python 3 kernel) of one code cell holding ``source``."""
+    return {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": cell_id,
+                   "metadata": {}, "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                    "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

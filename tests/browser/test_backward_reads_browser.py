@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser.conftest import one_cell_notebook
 from tests.browser.test_scan_tree_browser import CLEAN_UP_JS, EXPLORER, _panel, open_notebook
 
 pytestmark = pytest.mark.timeout(600)
@@ -33,12 +34,7 @@ def test_the_backward_shows_its_in_place_reads(lab: str, browser: Any,
     context = browser.new_context(viewport={"width": 1400, "height": 1600})
     page = context.new_page()
     try:
-        open_notebook(page, lab, NOTEBOOK, {
-            "cells": [{"cell_type": "code", "execution_count": None, "id": "backward-reads",
-                       "metadata": {}, "outputs": [], "source": SETUP}],
-            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                        "name": "python3"}},
-            "nbformat": 4, "nbformat_minor": 5})
+        open_notebook(page, lab, NOTEBOOK, one_cell_notebook("backward-reads", SETUP))
         page.wait_for_selector(f"{EXPLORER} .sw-tree-reads", timeout=240_000)
         page.wait_for_timeout(1000)
         printed = page.locator(".jp-OutputArea-output", has_text="OFFSETS").first.inner_text()

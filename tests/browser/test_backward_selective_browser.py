@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from explorer.autodiff import ADJOINT_TILE
+from tests.browser.conftest import one_cell_notebook
 from tests.browser.test_scan_tree_browser import CLEAN_UP_JS, EXPLORER, open_notebook
 
 pytestmark = pytest.mark.timeout(600)
@@ -35,12 +36,7 @@ def test_the_backward_of_the_mamba_preset_reads_as_its_math(lab: str, browser: A
     context = browser.new_context(viewport={"width": 1400, "height": 1600})
     page = context.new_page()
     try:
-        open_notebook(page, lab, NOTEBOOK, {
-            "cells": [{"cell_type": "code", "execution_count": None, "id": "backward-mamba",
-                       "metadata": {}, "outputs": [], "source": SETUP}],
-            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                        "name": "python3"}},
-            "nbformat": 4, "nbformat_minor": 5})
+        open_notebook(page, lab, NOTEBOOK, one_cell_notebook("backward-mamba", SETUP))
         page.wait_for_selector(f"{EXPLORER} textarea", timeout=240_000)
         page.wait_for_function(
             "sel => [...document.querySelectorAll(sel + ' textarea')]"

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import WheelEnv, running_lab
+from tests.browser.conftest import WheelEnv, one_cell_notebook, running_lab
 from tests.browser.test_extension_browser import _dismiss_kernel_dialog
 from tests.browser.test_quickstart_browser import KERNEL_IDLE_JS, run_all_cells
 
@@ -52,16 +52,6 @@ SHOWN_JS = """
 """
 
 
-def _notebook() -> dict[str, Any]:
-    return {
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "explorer",
-                   "metadata": {}, "outputs": [], "source": SOURCE}],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                    "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
-
-
 def _shown(page: Any) -> dict[str, Any]:
     return dict(page.evaluate(SHOWN_JS))
 
@@ -86,7 +76,7 @@ def _open(page: Any, url: str) -> None:
 def saved(lab: str, lab_folder: Path, browser: Any, output_dir: Path
           ) -> Iterator[tuple[Any, dict[str, Any]]]:
     """The notebook run and saved in JupyterLab; the page stays open on it, kernel running."""
-    (lab_folder / NOTEBOOK).write_text(json.dumps(_notebook()))
+    (lab_folder / NOTEBOOK).write_text(json.dumps(one_cell_notebook("explorer", SOURCE)))
     context = browser.new_context(viewport={"width": 1400, "height": 1500})
     page = context.new_page()
     _open(page, lab)

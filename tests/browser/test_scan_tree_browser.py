@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser.conftest import one_cell_notebook
 from tests.browser.test_quickstart_browser import run_all_cells
 
 pytestmark = pytest.mark.timeout(600)
@@ -55,16 +56,6 @@ async (name) => {
   await Promise.race([done, new Promise((resolve) => setTimeout(resolve, 20000))]);
 }
 """
-
-
-def _notebook() -> dict[str, Any]:
-    return {
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "scan-tree",
-                   "metadata": {}, "outputs": [], "source": SETUP}],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                    "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
 
 
 def _put(page: Any, name: str, content: dict[str, Any]) -> None:
@@ -115,7 +106,7 @@ def opened(lab: str, browser: Any, output_dir: Path) -> Iterator[tuple[Any, dict
     """The notebook run, the explorer on the Scan tree tab, and the plan it printed."""
     context = browser.new_context(viewport={"width": 1400, "height": 1900})
     page = context.new_page()
-    open_notebook(page, lab, NOTEBOOK, _notebook())
+    open_notebook(page, lab, NOTEBOOK, one_cell_notebook("scan-tree", SETUP))
     page.wait_for_selector(f"{EXPLORER} .sw-tree-picture svg", timeout=240_000)
     page.wait_for_timeout(1000)
     printed = page.locator(".jp-OutputArea-output", has_text="PLAN ").first.inner_text()
