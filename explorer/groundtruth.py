@@ -135,7 +135,7 @@ def reference(rec: Recurrence | AffineForm | str, /, L: int | None = None, **arr
 
     for r, e in form.readouts.items():
         y = np.broadcast_to(np.asarray(evaluate(e, env), dtype=np.float64), full)
-        out[r] = np.ascontiguousarray(y[..., 0, :])
+        out[r] = np.ascontiguousarray(y if r in rec.lane_readouts else y[..., 0, :])
     return _results(rec, out)
 
 
@@ -257,6 +257,7 @@ def interpret(rec: Recurrence | str, /, L: int | None = None, **arrays: Any
         # bottom-up without recursion: a legal sum may be thousands of terms deep
         return fold(expr, visit)
 
+    lanes = set(rec.lane_readouts)
     for t in range(length):
         current: dict[str, np.ndarray] = {}
         for s in rec.states:
@@ -265,13 +266,14 @@ def interpret(rec: Recurrence | str, /, L: int | None = None, **arrays: Any
             history[s] = history[s][1:] + [current[s]]
             outs[s].append(current[s])
         for r in rec.readouts:
-            outs[r].append(np.broadcast_to(ev(rec.statement(r).expr, t, current), full)[..., 0])
+            y = np.broadcast_to(ev(rec.statement(r).expr, t, current), full)
+            outs[r].append(y if r in lanes else y[..., 0])
     out: dict[str, np.ndarray] = {}
     for name, steps in outs.items():
         arr = np.stack(steps, axis=-1) if steps else np.zeros((*full, 0))
         if name in rec.states and not rec.vector:
             arr = arr[..., 0, :]
-        if name in rec.readouts and not steps:
+        if name in rec.readouts and name not in lanes and not steps:
             arr = arr[..., 0, :]
         out[name] = arr
     return _results(rec, out)

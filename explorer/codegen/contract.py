@@ -165,8 +165,14 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
         # every channel; see explorer.runtime.contract.segment_marks)
         out.append({"name": SEGMENT_MARKS, "role": "segments", "timed": True, "lane": False,
                     "dtype": "float32"})
+    added = set(form.recurrence.lane_readouts) if form.vector else set()
     for name in form.outputs:
-        if name in stored:
+        if name in stored and name in added:
+            # a lane readout is added into its output (zeroed by the launcher: ``reset``), in
+            # float32, so that channels that share its row sum there (``rowmap`` below)
+            out.append({"name": name, "role": "output", "timed": True, "lane": True,
+                        "dtype": "float32", "reset": True})
+        elif name in stored:
             out.append({"name": name, "role": "output", "timed": True,
                         "lane": bool(form.output_is_lane(name)), "dtype": out_dtype})
     # the last states: no time axis, one per sequence (of a packed batch) and channel
@@ -181,6 +187,13 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
         # and C, one per batch row): channel c reads its row c // divisor
         for name in form.inputs:
             if name in lanes:
+                out.append({"name": name, "role": "rowmap", "timed": False, "lane": False,
+                            "dtype": "int64"})
+        # a stored lane readout too: channel c adds into its row c // divisor (1 unless the
+        # caller sums it over the channels that share a row, as a gradient of an input given
+        # with a row per block of channels)
+        for name in form.outputs:
+            if name in stored and name in added:
                 out.append({"name": name, "role": "rowmap", "timed": False, "lane": False,
                             "dtype": "int64"})
     if lane_sum is not None and not lane_sum.fused:

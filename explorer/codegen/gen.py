@@ -44,7 +44,8 @@ class ScanIO:
 
     #: states the scan kernels write: those stored, and every state a readout kernel reads back
     states: tuple[str, ...]
-    #: readouts computed beside the state (a recurrence without lanes), those stored
+    #: readouts computed beside the state (a recurrence without lanes; a vector one's lane
+    #: readouts, a value per lane), those stored
     readouts: tuple[str, ...]
     #: readouts summed over the lanes inside the scan kernel (a fused lane sum)
     lane_readouts: tuple[str, ...]
@@ -79,7 +80,9 @@ def scan_io(form: Any, stored: Sequence[str] | None = None, lane_sum: Any = None
     state_syms = set(form.state_symbols)
     read_back = lane_sum is not None and not lane_sum.fused
     states = tuple(s for s in rec.states if s in kept or read_back)
-    readouts = () if form.vector else tuple(r for r in rec.readouts if r in kept)
+    # a vector state's readouts beside the state are its lane readouts (a value per lane)
+    beside = rec.lane_readouts if form.vector else rec.readouts
+    readouts = tuple(r for r in beside if r in kept)
     lane_readouts = (tuple(lane_sum.readouts) if lane_sum is not None and lane_sum.fused
                      else ())
     terms: list[sympy.Expr] = []
@@ -178,6 +181,17 @@ class Stream:
     #: ``0 .. limit`` (``limit``: L - 1, given with an offset)
     offset: int = 0
     limit: Value | None = None
+    #: written by adding into the output (a lane readout: channels that share its row sum
+    #: there), never in vectors
+    accumulate: bool = False
+
+    def store(self, v: Value, t: Value) -> None:
+        """Write ``v`` at scan position ``t``: stored, or added (``memref.atomic_rmw addf``:
+        an atomic add on the GPU, ``red.global.add.f32`` where its result is unused)."""
+        if self.accumulate:
+            memref.atomic_rmw(arith.AtomicRMWKind.addf, v, self.array, [self.at(t)])
+        else:
+            memref.store(v, self.array, [self.at(t)])
 
     def load(self, t: Value) -> Value:
         with self.loc or nullcontext():
@@ -368,8 +382,16 @@ class Gen:
         last = self._last()
         return ([Stream(self.arrays[s], seq.state_base, last, None, end_first)
                  for s in self.io.states]
-                + [Stream(self.arrays[r], seq.readout_base, last, None, end_first)
-                   for r in self.scan_readouts])
+                + [self._readout_stream(seq, r, last, end_first) for r in self.scan_readouts])
+
+    def _readout_stream(self, seq: Seq, name: str, last: Value | None, end_first: bool
+                        ) -> Stream:
+        """Where a readout is written: a row per channel, or for a lane readout added into
+        its row per lane (``c // divisor`` of a row shared by channels)."""
+        if not self.form.output_is_lane(name):
+            return Stream(self.arrays[name], seq.readout_base, last, None, end_first)
+        return Stream(self.arrays[name], mul_i(self.lane_row(name, seq.c, seq.n), self.L),
+                      last, None, end_first, accumulate=True)
 
     def staged(self, name: str) -> bool:
         """Read at each position (a timed input, or a channel value): not a parameter."""
@@ -399,17 +421,18 @@ class Gen:
         fresh = self.alg.pack([cf(0.0)] * len(e.A) + self.alg.apply(e, self.initial_state(seq, j)))
         return select_element(start, fresh, e, self.alg)
 
-    def outputs_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value]
-                   ) -> list[Value]:
-        """Values of :attr:`scan_outputs` at one position from the state there."""
+    def outputs_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value],
+                   exprs: dict[str, sympy.Expr] | None = None) -> list[Value]:
+        """Values of :attr:`scan_outputs` at one position from the state there (``exprs``:
+        readouts computed otherwise, with the channel values of a lane loop in them)."""
         out = [h[self.state_out[s]] for s in self.io.states]
         for name, expr in self.scan_readouts.items():
             def lookup(sym: sympy.Symbol) -> Value:
                 if sym in self.state_index:
                     return h[self.state_index[sym]]
-                return timed(sym.name) if sym.name in self.timed else seq.params[sym.name]
+                return timed(sym.name) if self.staged(sym.name) else seq.params[sym.name]
             with self.statement_locs.get(name) or nullcontext():
-                out.append(ExprEmitter(lookup)(expr))
+                out.append(ExprEmitter(lookup)((exprs or {}).get(name, expr)))
         return out
 
     def lane_terms_at(self, seq: Seq, h: Sequence[Value], timed: Callable[[str], Value],

@@ -121,6 +121,8 @@ class ChannelSplit:
     channel_inputs: tuple[str, ...]
     #: timed inputs without it that a channel's stage loads: those, and what the values read
     channel_raw: tuple[str, ...]
+    #: the lane readouts (name -> expression), with the channel values in them
+    readouts: tuple[tuple[str, sympy.Expr], ...] = ()
 
     @property
     def channel_staged(self) -> tuple[str, ...]:
@@ -129,10 +131,11 @@ class ChannelSplit:
 
 
 def split_channel(form: object, lane_terms: Sequence[sympy.Expr],
-                  also: Iterable[str] = ()) -> ChannelSplit:
+                  also: Iterable[str] = (), readouts: Sequence[str] = ()) -> ChannelSplit:
     """The :class:`ChannelSplit` of a vector ``form`` (an
-    :class:`~explorer.passes.affine.AffineForm`) and its ``lane_terms``; ``also``: inputs
-    without the lane axis to stage per channel besides (a readout's, outside its sums)."""
+    :class:`~explorer.passes.affine.AffineForm`), its ``lane_terms`` and the lane readouts
+    ``readouts`` (computed per lane, like the terms); ``also``: inputs without the lane axis
+    to stage per channel besides (a readout's, outside its sums)."""
     rec = form.recurrence  # type: ignore[attr-defined]
     lanes = set(rec.lane_names)
     inputs = tuple(rec.inputs)
@@ -140,12 +143,15 @@ def split_channel(form: object, lane_terms: Sequence[sympy.Expr],
     A, b = form.A, form.b  # type: ignore[attr-defined]
     channel = {n for n in (*inputs, *rec.params) if n not in lanes}
     coeffs = [A[i, j] for i in range(S) for j in range(S)] + [b[i] for i in range(S)]
-    h = hoist([*coeffs, *lane_terms], channel, set(inputs))
+    outs = [form.readouts[r] for r in readouts]  # type: ignore[attr-defined]
+    h = hoist([*coeffs, *lane_terms, *outs], channel, set(inputs))
     read = {s.name for e in h.exprs for s in e.free_symbols}
+    nt = len(coeffs) + len(lane_terms)
     staged = (read | set(also)) & set(inputs)
     from_values = h.timed_inputs(inputs)
     return ChannelSplit(
-        tuple(h.exprs[:len(coeffs)]), tuple(h.exprs[len(coeffs):]), tuple(h.values.items()),
+        tuple(h.exprs[:len(coeffs)]), tuple(h.exprs[len(coeffs):nt]), tuple(h.values.items()),
         tuple(n for n in inputs if n in lanes and n in staged),
         tuple(n for n in inputs if n not in lanes and n in staged),
-        tuple(n for n in inputs if n not in lanes and (n in staged or n in from_values)))
+        tuple(n for n in inputs if n not in lanes and (n in staged or n in from_values)),
+        tuple(zip(readouts, h.exprs[nt:], strict=True)))

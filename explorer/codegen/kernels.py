@@ -107,7 +107,7 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
             sizes[a["name"]] = mul_i(mul_i(CN, chunks), ci(a["per_chunk"]))
             continue
         rows = CN if a["lane"] else C
-        div = row_div.get(a["name"]) if a["role"] == "input" else None
+        div = row_div.get(a["name"]) if a["role"] in ("input", "output") else None
         if div is not None:   # a row per block of channels
             rows = mul_i(arith.divui(C, div), N) if a["lane"] else arith.divui(C, div)
         if segments and a["role"] in ("h0", "output") and not a["timed"]:

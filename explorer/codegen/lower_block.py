@@ -416,7 +416,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
                 def put(p: Value = p, t: Value = t) -> None:
                     for q, s in enumerate(outs):
-                        memref.store(memref.load(stage[q], [pad(p)]), s.array, [s.at(t)])
+                        s.store(memref.load(stage[q], [pad(p)]), t)
                 if_then(lt_i(t, end), put)
 
         def wide_write(tid: Value) -> None:

@@ -182,6 +182,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     carries = gen.arrays[CARRIES]
     readouts = gen.io.lane_readouts
     values = dict(split.values)
+    lane_outputs = dict(split.readouts)   # the lane readouts, with the channel values in them
     A = sympy.Matrix(S, S, split.element[:S * S])
     b = sympy.Matrix(split.element[S * S:])
     # the channel's parameters (its values' and readouts'), and its timed inputs as streams
@@ -275,7 +276,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 return gen.leaf_from(seq, lambda name: vals[at[name]], A, b, t)
 
             def outputs(h: list[Value], vals: list[Value]) -> list[Value]:
-                return gen.outputs_at(seq, h, lambda name: vals[at[name]])
+                return gen.outputs_at(seq, h, lambda name: vals[at[name]], lane_outputs)
 
             def accumulate(p: Value, h: list[Value], vals: list[Value]) -> list[Value] | None:
                 terms = gen.lane_terms_at(seq, h, lambda name: vals[at[name]], split.terms)

@@ -34,7 +34,7 @@ from explorer.codegen.emit import (
     lt_i,
     mul_i,
 )
-from explorer.codegen.gen import Gen, Seq, scan_io
+from explorer.codegen.gen import Gen, Seq, Stream, scan_io
 from explorer.codegen.hoist import split_channel
 from explorer.codegen.options import SHARED_LIMIT, Options
 from explorer.codegen.threads import WARP, Threads, for_loop, if_else, if_then, min_i
@@ -74,6 +74,8 @@ class SeqLayout:
     #: the channel values (empty: the form's own)
     element: tuple[Any, ...] = ()
     terms: tuple[Any, ...] = ()
+    #: the lane readouts (name -> expression) with the channel values in them
+    readouts: tuple[tuple[str, Any], ...] = ()
 
     @property
     def floats(self) -> int:
@@ -89,10 +91,12 @@ def seq_layout(form: Any, options: Options, stored: Any = None, lane_sum: Any = 
     element: tuple[Any, ...] = ()
     terms: tuple[Any, ...] = ()
     values: tuple[tuple[str, Any], ...] = ()
+    readouts: tuple[tuple[str, Any], ...] = ()
     if form.vector:
         # what a channel's lanes share is computed once per (channel, step)
-        split = split_channel(form, io.lane_terms, io.outer)
+        split = split_channel(form, io.lane_terms, io.outer, io.readouts)
         element, terms, values = split.element, split.terms, split.values
+        readouts = split.readouts
         used = set(split.lane_inputs) | set(split.channel_inputs)
         raw = split.channel_raw
     else:
@@ -113,7 +117,7 @@ def seq_layout(form: Any, options: Options, stored: Any = None, lane_sum: Any = 
     room = VECTOR_TILE_SHARED if form.vector else TILE_SHARED
     for steps in (32, 16, 8):
         layout = SeqLayout(steps, inputs, private, out_buffer, buffers, warps, values, raw,
-                           element, terms)
+                           element, terms, readouts)
         if layout.floats * 4 <= room:
             return layout
     if layout.floats * 4 > SHARED_LIMIT:
@@ -163,8 +167,9 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
     terms = lay.terms or gen.io.lane_terms
     # parameters of a sequence: those its element and terms read (the channel values' own are
     # read where they are computed)
-    read = {s.name for e in (*A, *b, *terms) for s in e.free_symbols} if lay.element else \
-        set(gen.scan_params)
+    outs_exprs = dict(lay.readouts)
+    read = {s.name for e in (*A, *b, *terms, *outs_exprs.values()) for s in e.free_symbols} \
+        if lay.element else set(gen.scan_params)
     seq_names = ({n for n in lay.inputs if n not in values}
                  | {n for n in read if n in gen.scan_params or n in gen.io.params})
 
@@ -263,6 +268,8 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
             return []
         for_loop(ci(0), ceil_div(mul_i(rows, ci(tt)), ci(WARP * CHANNEL_BATCH)), ci(1), step)
 
+    added = set(gen.form.recurrence.lane_readouts) if gen.form.vector else set()
+
     def store_tile(tid: Value, t0: Value) -> None:
         warp, lane, s0, _ = warp_of(tid)
 
@@ -276,6 +283,12 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                         ) -> None:
                     for o, name in enumerate(gen.scan_outputs):
                         v = memref.load(stage, [where(warp, lay.out_buffer[o], r, col)])
+                        if name in added:   # a lane readout: added into its row
+                            row = gen.lane_row(name, arith.divui(srow, gen.N),
+                                               arith.remui(srow, gen.N))
+                            Stream(gen.arrays[name], mul_i(row, gen.L), gen._last(),
+                                   accumulate=True).store(v, t)
+                            continue
                         memref.store(v, gen.arrays[name], [gen.at(mul_i(srow, gen.L), t)])
                 if_then(ok, put)
         batches(batch)
@@ -292,7 +305,7 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
             t = add_i(t0, k)
             hn = alg.apply(gen.leaf_from(seq, vals.__getitem__, A, b, t), h)
             gen.last_state_at(seq, t, hn)
-            outs = gen.outputs_at(seq, hn, vals.__getitem__)
+            outs = gen.outputs_at(seq, hn, vals.__getitem__, outs_exprs)
             if fused:
                 outs += gen.lane_terms_at(seq, hn, vals.__getitem__, terms)
             for o, v in enumerate(outs):

@@ -21,7 +21,8 @@ def lane_loop_split(form: Any, plan: Any) -> ChannelSplit | None:
     (None: no lane loop)."""
     if plan.tree == "none" or plan.lane_sum is None or not plan.lane_sum.fused:
         return None
-    return split_channel(form, scan_io(form, plan.stored, plan.lane_sum).lane_terms)
+    io = scan_io(form, plan.stored, plan.lane_sum)
+    return split_channel(form, io.lane_terms, readouts=io.readouts)
 
 
 def stage_counts(form: Any, options: Options, plan: Any) -> dict[str, int]:

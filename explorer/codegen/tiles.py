@@ -74,7 +74,12 @@ def wide_load(s: Stream, p: Value, V: int) -> Value:
 
 
 def wide_store(s: Stream, p: Value, vals: Sequence[Value]) -> None:
-    """Store ``vals`` at positions ``p .. p + V - 1`` of stream ``s``: one vector store."""
+    """Store ``vals`` at positions ``p .. p + V - 1`` of stream ``s``: one vector store (an
+    output added into takes them one by one)."""
+    if s.accumulate:
+        for j, v in enumerate(vals):
+            s.store(v, add_i(p, ci(j)))
+        return
     V = len(vals)
     ordered = list(vals) if s.last is None else list(vals)[::-1]
     vec = vector.from_elements(VectorType.get([V], f32()), ordered)
@@ -174,7 +179,7 @@ def direct_write(outs: Sequence[Stream], vals: Sequence[Sequence[Value]], t0: Va
 
             def put(t: Value = t, k: int = k) -> None:
                 for q, s in enumerate(outs):
-                    memref.store(vals[k][q], s.array, [s.at(t)])
+                    s.store(vals[k][q], t)
             if_then(arith.cmpi(arith.CmpIPredicate.slt, t, end), put)
         return []
     if V == 1:

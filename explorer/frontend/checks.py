@@ -98,9 +98,10 @@ class Checker:
                 raise self.error("either every state has the axis n or none has",
                                  defined[name].span)
         for name in readouts:
-            if defined[name].lane:
-                raise self.error(f"a readout is one value per time step: write {name}[t] and "
-                                 "reduce over n with sum(...)", defined[name].span)
+            if defined[name].lane and not vector:
+                raise self.error(f"a readout is one value per time step: write {name}[t] "
+                                 "(only a vector state's readout has the axis n)",
+                                 defined[name].span)
 
         inputs: list[str] = []
         params: list[str] = []
@@ -162,7 +163,7 @@ class Checker:
                              f"and readouts); the limit is {MAX_NAMES}, each being an argument "
                              "of the kernels: add inputs up before the scan", r.span)
         for s in statements:
-            self.check_sums(s, vector, s.target in readouts)
+            self.check_sums(s, vector, s.target in readouts, s.lane and s.target in readouts)
             if s.target in order:
                 self.check_affine(s, set(states))
         return Parsed(self.text, tuple(statements), states, readouts, tuple(inputs),
@@ -198,7 +199,10 @@ class Checker:
                                  f"state of {state} ({key}=... gives {state}[-1]); rename {key} "
                                  f"or {state}", first_use[key])
 
-    def check_sums(self, s: Statement, vector: bool, readout: bool) -> None:
+    def check_sums(self, s: Statement, vector: bool, readout: bool, lane: bool = False
+                   ) -> None:
+        """Sums over n belong in a readout of one value per step; a lane readout
+        (``g[t, n] = ...``: one value per step and lane) sums nothing."""
         lane_names = {r.name for r in walk(s.expr) if isinstance(r, Ref) and r.lane}
 
         def has_lane(e: Expr) -> bool:
@@ -219,12 +223,16 @@ class Checker:
                     raise self.error("sum(...) over n belongs in a readout, not in a state "
                                      "update (each lane of a vector state is independent)",
                                      node.span)
+                if lane:
+                    raise self.error(f"the readout {s.target}[t, n] has a value per lane: it "
+                                     f"sums nothing (write {s.target}[t] = sum(...) for a sum "
+                                     "over n)", node.span)
                 inner = node.args[0]
                 if any(isinstance(c, Call) and c.func == "sum" for c in walk(inner)):
                     raise self.error("sums cannot be nested", node.span)
                 if not has_lane(inner):
                     raise self.error("sum(...) of something not indexed by n", node.span)
-        if readout and has_lane(s.expr):
+        if readout and not lane and has_lane(s.expr):
             raise self.error(f"the readout {s.target}[t] depends on the axis n: reduce with "
                              "sum(...)", s.expr.span)
 

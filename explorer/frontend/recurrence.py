@@ -5,6 +5,7 @@ The language is a small subset of Python expressions, read with :mod:`ast` and n
     h[t] = a[t] * h[t-1] + b[t]                       # scalar affine scan
     h[t, n] = exp(dt[t] * A[n]) * h[t-1, n] + dt[t] * B[t, n] * x[t]
     y[t] = sum(C[t, n] * h[t, n]) + D * x[t]          # readout, summed over the state axis n
+    g[t, n] = C[t, n] * h[t, n]                       # lane readout: a value per lane
 
 * ``x[t]``: an input indexed by time; ``A``, ``gamma``: parameters constant over time;
   ``h[t-k]``: the past of a state (k >= 1); ``n`` indexes the state axis of a vector state.
@@ -78,6 +79,12 @@ class Recurrence:
         """Parse and check recurrence text; raises :class:`explorer.RecurrenceError`."""
         parser = _Parser(text)
         return cls(*Checker(parser).check(parser.parse(), name))
+
+    @property
+    def lane_readouts(self) -> tuple[str, ...]:
+        """The readouts with a value per step and lane (``g[t, n] = C[t, n] * h[t, n]``); the
+        others are one value per step (``y[t] = sum(...)``)."""
+        return tuple(r for r in self.readouts if self.statement(r).lane)
 
     def statement(self, target: str) -> Statement:
         for s in self.statements:

@@ -179,7 +179,9 @@ class AffineForm:
         return self.recurrence.states + self.recurrence.readouts
 
     def output_is_lane(self, name: str) -> bool:
-        return self.vector and name in self.recurrence.states
+        """A value per step and lane: a vector state, or a lane readout (``g[t, n]``)."""
+        return self.vector and (name in self.recurrence.states
+                                or name in self.recurrence.lane_readouts)
 
     def component_index(self, state: str) -> int:
         """Index of ``state[t]`` in the state vector."""
@@ -196,7 +198,8 @@ class AffineForm:
         lines.append("b_t =")
         lines += ["  " + row for row in sympy.pretty(self.b, use_unicode=True).splitlines()]
         for name, e in self.readouts.items():
-            lines.append(f"{name}[t] = {sympy.sstr(e)}")
+            at = "[t, n]" if self.output_is_lane(name) else "[t]"
+            lines.append(f"{name}{at} = {sympy.sstr(e)}")
         lines += ["", "combine: (A2, b2) o (A1, b1) = (A2 A1, A2 b1 + b2)    identity: (I, 0)"]
         return "\n".join(lines)
 
@@ -214,7 +217,9 @@ class AffineForm:
         for name, e in self.readouts.items():
             # a name with underscores is a subscripted symbol (grad_{sum dt}): braced, so
             # that _t is not a double subscript, which MathJax refuses
-            out[f"readout {name}"] = f"{{{sympy.latex(symbol(name))}}}_t = " + sympy.latex(e)
+            sub = "{t, n}" if self.output_is_lane(name) else "t"
+            out[f"readout {name}"] = (f"{{{sympy.latex(symbol(name))}}}_{sub} = "
+                                      + sympy.latex(e))
         return out
 
     # -- numbers -----------------------------------------------------------------------------

@@ -212,7 +212,9 @@ def sweeps_of(tree: str, threads: int) -> tuple[Sweep, ...]:
 def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str
                 ) -> LaneSum | None:
     """Where the stored readouts of a vector state sum its lanes (None: nothing to sum)."""
-    readouts = tuple(r for r in form.recurrence.readouts if r in stored)
+    # a lane readout (a value per lane) sums nothing: it is written beside the state
+    lanes = set(form.recurrence.lane_readouts)
+    readouts = tuple(r for r in form.recurrence.readouts if r in stored and r not in lanes)
     if not form.vector or not readouts:
         return None
     if strategy not in TREES:

@@ -161,7 +161,8 @@ class ArgInfo:
     per_chunk: int | None = None
     time_chunk: int | str | None = None
     chunk_rule: ChunkRule | None = None    # the size argument ``time_chunk`` only
-    #: a workspace the launcher zeroes before every launch (the look-back flags)
+    #: a workspace the launcher zeroes before every launch (the look-back flags), or an
+    #: output the kernels add into (a lane readout), zeroed when allocated
     reset: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -169,8 +170,8 @@ class ArgInfo:
                                "lane": self.lane, "dtype": self.dtype}
         if self.role == "workspace":
             out.update(per_chunk=self.per_chunk, time_chunk=self.time_chunk)
-            if self.reset:
-                out["reset"] = True
+        if self.reset:
+            out["reset"] = True
         if self.chunk_rule is not None:
             out["chunk_rule"] = self.chunk_rule.as_dict()
         return out
@@ -283,8 +284,12 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
     time_chunk: int | str | None = None
     rule = None
     reset = _flag(raw.get("reset", False), f"{where}: argument {name!r} reset")
-    if reset and role != "workspace":
-        raise ArtifactError(f"{where}: argument {name!r} is reset but is not a workspace")
+    if reset and role not in ("workspace", "output"):
+        raise ArtifactError(f"{where}: argument {name!r} is reset but is neither a workspace "
+                            "nor an output")
+    if reset and role == "output" and (dtype != "float32" or not raw.get("timed")):
+        raise ArtifactError(f"{where}: output {name!r} is reset (added into) but is not a "
+                            "timed float32 output")
     if role == "workspace":
         per_chunk = _positive(raw.get("per_chunk"), f"{where}: workspace {name!r} per_chunk")
         time_chunk = _chunk_value(raw.get("time_chunk"), f"{where}: workspace {name!r} "
@@ -425,9 +430,11 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
     per_call = [v for v in (time_chunk, longer, at_most, *(a.time_chunk for a in args))
                 if v == TIME_CHUNK]
     timed = {a.name for a in args if a.role == "input" and a.timed}
+    timed |= {a.name for a in args if a.role == "output" and a.reset}
     for a in args:
         if a.role == "rowmap" and a.name not in timed:
-            raise ArtifactError(f"{where}: row divisor {a.name!r} names no timed input")
+            raise ArtifactError(f"{where}: row divisor {a.name!r} names no timed input and no "
+                                "output added into")
     if per_call and not any(a.role == "size" and a.name == TIME_CHUNK for a in args):
         raise ArtifactError(f"{where}: uses {TIME_CHUNK!r} per call but has no size argument "
                             f"{TIME_CHUNK!r}")

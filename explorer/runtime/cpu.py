@@ -212,8 +212,8 @@ def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
             arr = (np.zeros(shape, dtype=np.float32) if start is None else
                    np.array(np.reshape(start, shape), dtype=np.float32))
             outputs[name] = arr
-        elif role == "output":
-            arr = np.empty(shape, dtype=storage(a.dtype))   # 16-bit: see runtime.dtypes
+        elif role == "output":   # zeroed where the kernels add into it (a lane readout)
+            arr = (np.zeros if a.reset else np.empty)(shape, dtype=storage(a.dtype))
             outputs[name] = arr
         elif role == "h0" and name not in arrays_by_name:
             arr = np.zeros(shape, dtype=np.float32)

@@ -391,8 +391,10 @@ class CudaKernel:
                     continue
                 shape = (C, N, L) if info.lane else (C, L)
                 kept = storage(info.dtype)   # NaN poison: 0xFFFF is a bfloat16 NaN too
-                outputs[name] = (cp.full(shape, np.nan if kept.kind == "f" else 0xFFFF,
-                                         dtype=kept) if self.poison
+                # zeroed where the kernels add into it (a lane readout)
+                outputs[name] = (cp.zeros(shape, dtype=kept) if info.reset
+                                 else cp.full(shape, np.nan if kept.kind == "f" else 0xFFFF,
+                                              dtype=kept) if self.poison
                                  else cp.empty(shape, dtype=kept))
         run = Launch(owner=self, C=C, N=N, L=L, batch=m.batch,
                      inputs={s.name: m.arrays[s.name] for s in self.specs}, h0=h0,

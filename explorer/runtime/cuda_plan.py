@@ -103,6 +103,8 @@ class LaunchPlan:
     #: output name -> its torch dtype; and the torch device (made once, used every call)
     out_dtypes: dict[str, Any] = field(default_factory=dict)
     tdevice: Any = None
+    #: outputs the kernels add into (lane readouts): allocated zeroed
+    added: set[str] = field(default_factory=set)
     #: (kernel, function, grid, argument template, slots: position -> ("in"|"out", index))
     steps: list[tuple[Any, Any, tuple[int, int, int], list[Any], list[tuple[int, str, int]]]] \
         = field(default_factory=list)
@@ -166,6 +168,8 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
             shown = (*batch, N, length) if info.lane else (*batch, length)
             plan.outputs[name] = (inner, shown)
             plan.out_dtypes[name] = getattr(torch, kernel.narrow.get(name, "float32"))
+            if info.reset:
+                plan.added.add(name)
         if C * N == 0 or length == 0:
             return plan
         values = call_sizes(kernel.artifact, C, N, length, time_chunk)
@@ -285,7 +289,9 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     out_ptrs = []
     for name, (inner, _) in plan.outputs.items():
         dtype = plan.out_dtypes[name]
-        t = (torch.full(inner, float("nan"), dtype=dtype, device=tdev) if plan.poison
+        # zeroed where the kernels add into it (a lane readout)
+        t = (torch.zeros(inner, dtype=dtype, device=tdev) if name in plan.added
+             else torch.full(inner, float("nan"), dtype=dtype, device=tdev) if plan.poison
              else torch.empty(inner, dtype=dtype, device=tdev))
         outs[name] = t
         out_ptrs.append(t.data_ptr())
