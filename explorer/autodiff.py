@@ -157,6 +157,9 @@ class BackwardNames:
     #: ms with ``dt_next`` and ``fwd_h_prev`` in place, 8.0 with ``dt_next`` alone, which
     #: changed 50 of its 1408 PTX instructions and took ptxas from 428 to 760 bytes of spills)
     read_offsets: dict[str, int] = field(default_factory=dict)
+    #: forward input with the axis n -> the lane readout of the backward that is its gradient
+    #: (``grad_lane_B[t, n]``), added by the kernel into the rows of the input's layout
+    lane: dict[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -232,6 +235,10 @@ class Backward:
         comps = self.form.components
         lam = {i: n.adjoint[c] for i, c in enumerate(comps)}
         for name in (*self.forward.inputs, *self.forward.params):
+            if name in n.lane:   # the whole gradient, a lane readout of the adjoint
+                lines.append(f"dL/d{name} = {n.lane[name]}  (the adjoint's lane readout, "
+                             "summed in its kernel over the channels that share a row)")
+                continue
             if name in n.summed:   # the scan terms, summed over n in the adjoint's kernel
                 parts = [f"{n.summed[name]}  (the adjoint's readout)"]
             else:
@@ -387,6 +394,7 @@ def _derive(rec: Recurrence) -> Backward:
     lane_names = set(lane_of)
     if vector:
         lane_names |= {adjoint[c] for c in comps} | {cot[s] for s in rec.states}
+        lane_names |= {cot[r] for r in rec.lane_readouts}
         lane_names |= set(trajectory.values())
     lane_names |= {nxt[x] for x in a_inputs if x in lane_of}
     timed = set(rec.inputs) | set(nxt.values()) | set(cot.values()) | set(trajectory.values())
@@ -472,16 +480,16 @@ def _derive(rec: Recurrence) -> Backward:
     previous: dict[str, str] = {}
     summed: dict[str, str] = {}
     through = through_state(form, scan_terms, rec.inputs)
-    text, back, previous, summed = summed_readouts(
+    text, back, previous, summed, laned = summed_readouts(
         rec, comps, adjoint, {**scan_terms, **through}, namer, text, back, label, timed,
-        lane_names, ref, trajectory)
+        lane_names, ref, trajectory, readout_terms, cot)
     # a summed gradient rewritten through h[t] is that readout; the elementwise formulas keep
     # h[t-1] (read without a copy, see explorer.gradients.product)
     scan_terms.update({n: t for n, t in through.items() if n in summed})
     offsets = {} if vector else {**{v: 1 for v in nxt.values()},
                                  **{v: -1 for v in previous.values()}}
     names = BackwardNames(adjoint, nxt, cot, trajectory, direct_arrays, previous, summed,
-                          offsets)
+                          offsets, laned)
     # common subexpressions, named once (evaluated on first use: only what a call needs)
     keys: list[tuple[str, str, Any]] = [("direct", "", i) for i in direct]
     keys += [("scan", n, i) for n, terms in scan_terms.items() for i, _ in terms]

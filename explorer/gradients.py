@@ -311,7 +311,7 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
             env.past[state_symbol(s, k).name] = (traj[s], k, h0[s], length)
     for o in form.outputs:
         g = cotangents.get(o)
-        lane = vector and o in rec.states
+        lane = form.output_is_lane(o)
         if g is None:
             # an output the loss does not read: zeros of one sequence, which every sequence
             # shares (the adjoint's kernels read such an input where it is, a row shared by
@@ -361,14 +361,16 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         # the terms through the scan vary along n with lam; a readout's only where its
         # derivative does (dL/dD of sum(C * h) + D * x is per channel, not per lane)
         grads = []
-        if n in names.summed:   # the scan terms, summed over n in the adjoint's kernel
+        if n in names.lane:   # the whole gradient: a lane readout of the adjoint
+            grads.append(_widen(lam_call[names.lane[n]], True, batch, N, length, ops))
+        elif n in names.summed:   # the scan terms, summed over n in the adjoint's kernel
             grads.append(_widen(lam_call[names.summed[n]], False, batch, N, length, ops))
             if any(v in moved for v in names.previous.values()):
                 grads += _first_step(bw, n, ops, views, traj, h0, lam, full)
         else:
             for i, _ in bw.scan_terms.get(n, []):
                 grads.append(product(bw.reduced[("scan", n, i)], env, ops, full, lam[i]))
-        for r, _ in bw.readout_terms.get(n, []):
+        for r, _ in [] if n in names.lane else bw.readout_terms.get(n, []):
             grads.append(product(bw.reduced[("readout", n, r)], env, ops, full,
                                  env[names.cotangent[r]]))
         canon = ops.shape(views[n])

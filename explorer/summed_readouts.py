@@ -15,12 +15,13 @@ import sympy
 
 from explorer.errors import RecurrenceError
 from explorer.frontend.recurrence import Recurrence
-from explorer.passes.affine import AffineForm, state_symbol, symbol
+from explorer.passes.affine import AffineForm, LaneSum, state_symbol, symbol
 from explorer.spelling import MUL, Unprintable, spell, wrap
 
 PREVIOUS = "fwd_{}_prev"  # the forward's h[t-1], read by a gradient summed in the adjoint
 TRAJECTORY = "fwd_{}"     # the forward's h[t], read by the adjoint
 GRADIENT = "grad_sum_{}"  # a gradient summed over n in the adjoint's kernel (a readout)
+LANE_GRADIENT = "grad_lane_{}"  # a lane input's gradient, a lane readout of the adjoint
 
 
 def through_state(form: AffineForm, scan_terms: dict[str, list[tuple[int, sympy.Expr]]],
@@ -74,8 +75,11 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
                      scan_terms: dict[str, list[tuple[int, sympy.Expr]]], namer: Callable[..., str],
                      text: str, back: Recurrence, label: str, timed: set[str],
                      lane_names: set[str], ref: Callable[[str], str],
-                     trajectory: dict[str, str]
-                     ) -> tuple[str, Recurrence, dict[str, str], dict[str, str]]:
+                     trajectory: dict[str, str],
+                     readout_terms: dict[str, list[tuple[str, sympy.Expr]]] | None = None,
+                     cotangent: dict[str, str] | None = None
+                     ) -> tuple[str, Recurrence, dict[str, str], dict[str, str],
+                                dict[str, str]]:
     """Readouts of the adjoint recurrence that give the scan terms of a gradient (summed over n
     for a vector recurrence).
 
@@ -89,11 +93,18 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
     more steps back, stay with the elementwise formulas. For a scalar state the readout is the
     term itself, ``lam[t] * (dA_t/dx s_{t-1} + db_t/dx)`` (``grad_sum_a[t] = lam_h[t] *
     fwd_h_prev[t]`` for ``h[t] = a[t] * h[t-1] + b[t]``: the adjoint's kernel writes the
-    gradient of ``a``), except where it is ``lam`` itself (the gradient of ``b``). Returns the
-    adjoint's text and recurrence (with the readouts, when any), the past-state inputs and
-    input -> readout."""
+    gradient of ``a``), except where it is ``lam`` itself (the gradient of ``b``).
+
+    A timed input with the axis n (Mamba's ``B[t, n]``, ``C[t, n]``) has its whole gradient as a
+    **lane readout** of the adjoint (``grad_lane_B[t, n] = lam_h[t, n] * (dt[t] * x[t])``,
+    ``grad_lane_C[t, n] = grad_y[t] * fwd_h[t, n]``: its scan terms and its readouts' terms,
+    ``readout_terms`` with the cotangents ``cotangent``), which the kernel adds into a row that
+    the channels sharing the input's row share. Returns the adjoint's text and recurrence
+    (with the readouts, when any), the past-state inputs, input -> summed readout and input
+    -> lane readout."""
     previous: dict[str, str] = {}
     summed: dict[str, str] = {}
+    laned: dict[str, str] = {}
     lines: list[str] = []
     past = {state_symbol(st, 1).name: st for st in rec.states}
     now = {state_symbol(st, 0).name: st for st in rec.states}
@@ -102,7 +113,15 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
     at = "[t, n]" if rec.vector else "[t]"
     for name in rec.inputs:
         terms = scan_terms.get(name, [])
-        if name in lane_of or not terms or any(comps[i][1] for i, _ in terms):
+        if name in lane_of:
+            line = _lane_gradient(name, terms, (readout_terms or {}).get(name, []), comps,
+                                  adjoint, cotangent or {}, past, now, previous, traj, namer,
+                                  ref)
+            if line is not None:
+                laned[name] = line[0]
+                lines.append(line[1])
+            continue
+        if not terms or any(comps[i][1] for i, _ in terms):
             continue
         if not rec.vector and len(terms) == 1 and terms[0][1] == 1:
             continue   # the gradient is lam itself
@@ -131,14 +150,57 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
         lines.append(f"{summed[name]}[t] = sum({body})" if rec.vector else
                      f"{summed[name]}[t] = {body}")
     if not lines:
-        return text, back, {}, {}
+        return text, back, {}, {}, {}
     full = text + "\n" + "\n".join(lines)
     try:
         parsed = Recurrence.parse(full, name=label)
     except RecurrenceError:   # a readout the language refuses: the formulas keep them all
-        return text, back, {}, {}
+        return text, back, {}, {}, {}
     trajectory.update(traj)
     timed |= set(previous.values()) | set(traj.values())
     if rec.vector:
         lane_names |= set(previous.values()) | set(traj.values())
-    return full, parsed, previous, summed
+    return full, parsed, previous, summed, laned
+
+
+def _lane_gradient(name: str, terms: list[tuple[int, sympy.Expr]],
+                   readout_terms: list[tuple[str, sympy.Expr]],
+                   comps: Sequence[tuple[str, int]], adjoint: dict[tuple[str, int], str],
+                   cotangent: dict[str, str], past: dict[str, str], now: dict[str, str],
+                   previous: dict[str, str], traj: dict[str, str], namer: Callable[..., str],
+                   ref: Callable[[str], str]) -> tuple[str, str] | None:
+    """The lane readout of the adjoint that is the gradient of the lane input ``name``: (its
+    name, its statement), or None where it cannot be one (a term with a sum over n, a state
+    two steps back, nothing to compute). Updates ``previous`` and ``traj`` with the forward's
+    states it reads."""
+    if not terms and not readout_terms:
+        return None
+    if any(comps[i][1] for i, _ in terms):
+        return None
+    exprs = [e for _, e in terms] + [e for _, e in readout_terms]
+    if any(e.has(LaneSum) for e in exprs):
+        return None   # the derivative of a readout non-linear in a sum over n
+    reads = {sym.name for e in exprs for sym in e.free_symbols}
+    if any("[" in r and r not in past and r not in now for r in reads):
+        return None
+    new_prev = {past[r]: previous.get(past[r]) or namer(PREVIOUS.format(past[r]))
+                for r in reads if r in past}
+    new_traj = {now[r]: traj.get(now[r]) or namer(TRAJECTORY.format(now[r]))
+                for r in reads if r in now}
+
+    def name_of(sym: str) -> str:
+        if sym in past:
+            return f"{new_prev[past[sym]]}[t, n]"
+        if sym in now:
+            return f"{new_traj[now[sym]]}[t, n]"
+        return ref(sym)
+    try:
+        parts = [f"{adjoint[comps[i]]}[t, n] * {wrap(spell(e, name_of), MUL)}" for i, e in terms]
+        parts += [f"{ref(cotangent[r])} * {wrap(spell(e, name_of), MUL)}"
+                  for r, e in readout_terms]
+    except (Unprintable, KeyError):
+        return None
+    previous.update(new_prev)
+    traj.update(new_traj)
+    out = namer(LANE_GRADIENT.format(name))
+    return out, f"{out}[t, n] = " + " + ".join(parts)

@@ -27,7 +27,7 @@ class Specs:
         self.args += [(n, False, n in rec.lane_names) for n in rec.params]
         self.h0 = [(h0_name(s), False, rec.vector) for s in rec.states]
         self.outputs = list(rec.states) + list(rec.readouts)
-        self.lane_outputs = {s for s in rec.states if rec.vector}
+        self.lane_outputs = ({*rec.states, *rec.lane_readouts} if rec.vector else set())
         #: no input indexed by time: the length is an argument
         self.needs_length = not rec.inputs
 

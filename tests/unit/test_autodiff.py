@@ -461,8 +461,12 @@ def test_the_adjoint_of_the_selective_scan_reads_like_its_math():
                        "+ C[t, n] * grad_y[t] + grad_h[t, n]\n"
                        "grad_sum_dt[t] = sum(lam_h[t, n] * (A[n] * (-B[t, n] * dt[t] * x[t] "
                        "+ fwd_h[t, n]) + B[t, n] * x[t]))\n"
-                       "grad_sum_x[t] = sum(lam_h[t, n] * B[t, n] * dt[t])")
+                       "grad_lane_B[t, n] = lam_h[t, n] * dt[t] * x[t]\n"
+                       "grad_sum_x[t] = sum(lam_h[t, n] * B[t, n] * dt[t])\n"
+                       "grad_lane_C[t, n] = grad_y[t] * fwd_h[t, n]")
     assert bw.names.next == {"dt": "dt_next"}
+    # the inputs with the axis n: their gradients are lane readouts of the adjoint
+    assert bw.names.lane == {"B": "grad_lane_B", "C": "grad_lane_C"}
     # the gradients of the inputs without the axis n are the adjoint's lane-summed readouts
     assert bw.names.summed == {"dt": "grad_sum_dt", "x": "grad_sum_x"}
     # exp(A dt) h[t-1] = h[t] - dt B x: the saved states are read at their own step
