@@ -38,7 +38,9 @@ without it).  For an input without the axis n of a vector recurrence, the sum ov
 terms is a **readout of the adjoint** (``grad_sum_dt[t] = sum(lam_h[t, n] * (...))``, the past
 state read as an input ``fwd_h_prev[t, n]``, or the saved state at its own step, ``fwd_h[t, n]``,
 where :func:`explorer.summed_readouts.through_state` allows): a lane-loop plan reduces it in
-the adjoint's own kernel, and the B x D x N x L products of those terms are never laid out
+the adjoint's own kernel. An input with the axis n has its whole gradient as a **lane readout**
+of the adjoint (``grad_lane_B[t, n] = lam_h[t, n] * (dt[t] * x[t])``), which the kernel adds
+into rows shared by the channels that share the input's rows
 (:func:`explorer.summed_readouts.summed_readouts`).
 
 **Saved for backward**: the inputs, parameters and initial states given to the forward, and the
@@ -80,19 +82,14 @@ DIRECT = "d_{}"           # a direct term passed as an array
 # ----------------------------------------------------------------------------------------------
 # Names
 # ----------------------------------------------------------------------------------------------
-#: the tree strategies whose adjoint lane loop (a vector recurrence's) stores its adjoints from
-#: registers (``tile_layout="direct"``) instead of through the stage: the adjoint streams every
-#: lane's ``lam`` out. Measured on an H100 (``bench/grad_speed.py --kernels``, selective scan):
+#: the tree strategies whose adjoint lane loop (a vector recurrence's) stores its outputs from
+#: registers (``tile_layout="direct"``), not through the stage. H100, selective scan:
 #: the Blelloch adjoint kernel 5.30 -> 3.23 ms at 8 x 1536 x 16 x 2^11 and 0.299 -> 0.175 ms at
-#: 2 x 512 x 16 x 2^10; either layout ran the same at every occupancy asked of ptxas (direct:
-#: 256, 384, 640 threads an SM, 0, 16, 428 bytes of spills; staged: 256, 640, 0 and 608 bytes),
-#: so the spills are not the cost; one warp of ``warp_shuffle`` ran slower direct (3.36 -> 6.41
-#: ms), so it keeps the plan's choice
+#: 2 x 512 x 16 x 2^10; one warp of ``warp_shuffle`` ran slower direct (3.36 -> 6.41 ms)
 DIRECT_ADJOINT = ("blelloch",)
 #: the tile of that direct adjoint (unless given): its lane loop holds every stream's elements
-#: in registers (the selective scan's seven inputs and lam), so fewer a thread run faster.
-#: Measured on an H100 (``bench/grad_speed.py --kernels``, selective scan, adjoint kernel at
-#: 8 x 1536 x 16 x 2^11 and 2 x 512 x 16 x 2^10): 128 threads by 8 elements 2.94 and 0.159 ms,
+#: in registers, so fewer a thread run faster. H100 (``bench/grad_speed.py --kernels``, adjoint
+#: at 8 x 1536 x 16 x 2^11 and 2 x 512 x 16 x 2^10): 128 threads by 8 elements 2.94 and 0.159 ms,
 #: by 4 2.19 and 0.114, by 2 2.80 and 0.151, by 16 5.49 (at the larger); 64 by 4 2.12 and
 #: 0.102, 256 by 4 2.31 and 0.104, 256 by 2 3.92 and 0.171
 ADJOINT_TILE = {"block_size": 64, "elements_per_thread": 4}
@@ -157,8 +154,7 @@ class BackwardNames:
     #: ms with ``dt_next`` and ``fwd_h_prev`` in place, 8.0 with ``dt_next`` alone, which
     #: changed 50 of its 1408 PTX instructions and took ptxas from 428 to 760 bytes of spills)
     read_offsets: dict[str, int] = field(default_factory=dict)
-    #: forward input with the axis n -> the lane readout of the backward that is its gradient
-    #: (``grad_lane_B[t, n]``), added by the kernel into the rows of the input's layout
+    #: forward input with the axis n -> the backward's lane readout that is its gradient
     lane: dict[str, str] = field(default_factory=dict)
 
 
@@ -235,17 +231,15 @@ class Backward:
         comps = self.form.components
         lam = {i: n.adjoint[c] for i, c in enumerate(comps)}
         for name in (*self.forward.inputs, *self.forward.params):
-            if name in n.lane:   # the whole gradient, a lane readout of the adjoint
-                lines.append(f"dL/d{name} = {n.lane[name]}  (the adjoint's lane readout, "
-                             "summed in its kernel over the channels that share a row)")
-                continue
-            if name in n.summed:   # the scan terms, summed over n in the adjoint's kernel
-                parts = [f"{n.summed[name]}  (the adjoint's readout)"]
+            if name in n.lane or name in n.summed:   # readouts of the adjoint's kernel
+                parts = [f"{n.lane[name]}  (the adjoint's lane readout, summed in its kernel "
+                         "over the channels that share a row)" if name in n.lane else
+                         f"{n.summed[name]}  (the adjoint's readout)"]
             else:
                 parts = [f"{lam[i]} * ({sympy.sstr(e)})"
                          for i, e in self.scan_terms.get(name, [])]
-            parts += [f"{n.cotangent[r]} * ({sympy.sstr(e)})"
-                      for r, e in self.readout_terms.get(name, [])]
+            parts += [f"{n.cotangent[r]} * ({sympy.sstr(e)})" for r, e in
+                      ([] if name in n.lane else self.readout_terms.get(name, []))]
             total = " + ".join(parts) or "0"
             over = "" if name in self.forward.inputs else "  summed over t"
             lines.append(f"dL/d{name} = {total}{over}")

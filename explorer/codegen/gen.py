@@ -181,13 +181,11 @@ class Stream:
     #: ``0 .. limit`` (``limit``: L - 1, given with an offset)
     offset: int = 0
     limit: Value | None = None
-    #: written by adding into the output (a lane readout: channels that share its row sum
-    #: there), never in vectors
+    #: added into the output (a lane readout: channels that share its row sum there)
     accumulate: bool = False
 
     def store(self, v: Value, t: Value) -> None:
-        """Write ``v`` at scan position ``t``: stored, or added (``memref.atomic_rmw addf``:
-        an atomic add on the GPU, ``red.global.add.f32`` where its result is unused)."""
+        """Write ``v`` at scan position ``t``: stored, or added (``memref.atomic_rmw addf``)."""
         if self.accumulate:
             memref.atomic_rmw(arith.AtomicRMWKind.addf, v, self.array, [self.at(t)])
         else:
@@ -253,7 +251,6 @@ class Gen:
                                    "nor a parameter")
         #: what the scan kernels read and write (the plan's outputs and lane sum)
         self.io = io if io is not None else scan_io(form)
-        # readouts computed with the state (no lane axis); vector ones summed over the lanes
         self.scan_readouts = {r: self.readouts[r] for r in self.io.readouts}
         #: timed inputs a scan kernel reads, in a fixed order, and the parameters
         self.scan_inputs = list(self.io.inputs)
@@ -265,8 +262,8 @@ class Gen:
 
     # -- sequence setup ---------------------------------------------------------------------
     def lane_row(self, name: str, c: Value, n: Value) -> Value:
-        """The row of lane n of channel c in the input ``name`` (with the lane axis): one row
-        per (channel, lane), or per (block of channels, lane) when its rows are shared."""
+        """The row of lane n of channel c in ``name`` (an input or lane readout): one a
+        (channel, lane), or a (block of channels, lane) where channels share rows."""
         div = self.row_div.get(name)
         return add_i(mul_i(c if div is None else arith.divui(c, div), self.N), n)
 
