@@ -90,8 +90,7 @@ DIRECT_ADJOINT = ("blelloch",)
 #: the tile of that direct adjoint (unless given): its lane loop holds every stream's elements
 #: in registers, so fewer a thread run faster. H100 (``bench/grad_speed.py --kernels``, adjoint
 #: at 8 x 1536 x 16 x 2^11 and 2 x 512 x 16 x 2^10): 128 threads by 8 elements 2.94 and 0.159 ms,
-#: by 4 2.19 and 0.114, by 2 2.80 and 0.151, by 16 5.49 (at the larger); 64 by 4 2.12 and
-#: 0.102, 256 by 4 2.31 and 0.104, 256 by 2 3.92 and 0.171
+#: by 4 2.19 and 0.114, by 2 2.80 and 0.151; 64 by 4 2.12 and 0.102, 256 by 4 2.31 and 0.104
 ADJOINT_TILE = {"block_size": 64, "elements_per_thread": 4}
 
 
