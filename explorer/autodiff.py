@@ -314,7 +314,7 @@ class Backward:
         back = self.compile(target=target, strategy=strategy,
                             **{k: v for k, v in opts.items() if k != "outputs"})
 
-        def scan(call: dict[str, Any]) -> dict[str, Any]:
+        def scan(call: dict[str, Any], sums: Any = None) -> dict[str, Any]:
             res = back(device=device, **call)
             res = res if isinstance(res, dict) else {back.form.outputs[0]: res}
             return {k: np.asarray(v, dtype=np.float64) for k, v in res.items()}

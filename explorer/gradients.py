@@ -253,7 +253,7 @@ def _next(x: Any, ops: Ops) -> Any:
 
 
 def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping[str, Any],
-              cotangents: Mapping[str, Any], scan: Callable[[dict[str, Any]], dict[str, Any]],
+              cotangents: Mapping[str, Any], scan: Callable[..., dict[str, Any]],
               reverse: bool = False, L: int | None = None,
               needed: set[str] | None = None,
               in_place: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -263,7 +263,9 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
     ``states`` are the forward's state outputs and ``cotangents`` the gradients of the outputs
     (missing: zero), all shaped as the forward returns them; ``scan(call)`` runs the compiled
     adjoint on ``call`` (name -> array, the backward recurrence's own layout) and returns its
-    states.  ``reverse``: the forward was a reverse scan.  ``needed`` restricts the result.
+    outputs; ``scan(call, sums)`` may sum the lane readouts ``sums`` names to the batch shape
+    given (or return them whole).  ``reverse``: the forward was a reverse scan.  ``needed``
+    restricts the result.
     ``in_place``: the adjoint's inputs that ``scan`` reads at another time itself (the
     compile's ``read_offsets``): they are passed as the forward's arrays, not shifted copies.
     """
@@ -346,7 +348,10 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         else:
             value = env[n]
         call[n] = _call_layout(value, n in brec.inputs, n in brec.lane_names)
-    lam_call = scan(call)
+    # a lane input's gradient, summed in the adjoint's kernel to the input's own batch shape
+    sums = {names.lane[n]: tuple(ops.shape(views[n]))[:rank] for n in names.lane
+            if n in views and (needed is None or n in needed)}
+    lam_call = scan(call, sums) if sums else scan(call)
     lam = {}
     for i, c in enumerate(form.components):
         v = lam_call[names.adjoint[c]]
@@ -362,7 +367,10 @@ def gradients(bw: Backward, ops: Ops, arrays: Mapping[str, Any], states: Mapping
         # derivative does (dL/dD of sum(C * h) + D * x is per channel, not per lane)
         grads = []
         if n in names.lane:   # the whole gradient: a lane readout of the adjoint
-            grads.append(_widen(lam_call[names.lane[n]], True, batch, N, length, ops))
+            v = lam_call[names.lane[n]]
+            own = tuple(ops.shape(v))[:-2]
+            grads.append(v if own == sums.get(names.lane[n]) else
+                         _widen(v, True, batch, N, length, ops))
         elif n in names.summed:   # the scan terms, summed over n in the adjoint's kernel
             grads.append(_widen(lam_call[names.summed[n]], False, batch, N, length, ops))
             if any(v in moved for v in names.previous.values()):

@@ -128,3 +128,12 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     n = max(len(a), len(b))
     a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
     return tuple(y if x == 1 else x for x, y in zip(a, b))
+
+
+def sum_to(x: Any, own: tuple[int, ...]) -> Any:
+    """A lane readout ``batch + (N, L)`` summed over the batch axes that ``own`` holds as 1."""
+    import torch
+
+    x = torch.as_tensor(x)
+    axes = [i for i, k in enumerate(own) if k == 1 and x.shape[i] != 1]
+    return x.sum(dim=axes, keepdim=True) if axes else x

@@ -140,7 +140,7 @@ class RecurrenceOp:
         self.backward: Backward = grad(rec)
         self.reverse = bool(compiled.options.get("reverse", False))
         self.specs = _Specs(rec)
-        self.adjoint_specs = _Specs(self.backward.recurrence)
+        self.adjoint_specs = _Specs(self.backward.recurrence, sums=True)
         self._compiles: dict[tuple[str, str], Compiled] = {}
         self._compile_lock = threading.Lock()
         self.ops = TorchOps()
@@ -298,9 +298,14 @@ class RecurrenceOp:
                          reverse=self.reverse, needed=needed,
                          in_place=self.backward.names.read_offsets)
 
-    def _adjoint(self, call: dict[str, Any]) -> dict[str, Any]:
+    def _adjoint(self, call: dict[str, Any], sums: dict[str, tuple[int, ...]] | None = None
+                 ) -> dict[str, Any]:
+        """The adjoint scan on ``call``; ``sums``: its lane readouts summed in its kernel to
+        these batch shapes (the gradients of inputs given with a row per block of channels)."""
         values: list[Any] = [call[n] for n in self.adjoint_specs.names if n in call]
         values += [None] * (len(self.adjoint_specs.names) - len(values))
+        values += [list((sums or {})[o]) if o in (sums or {}) else None
+                   for o in self.adjoint_specs.sums]
         out = self.adjoint_runner(*values) if _eager(values) else self.adjoint_op(*values)
         outs = out if isinstance(out, tuple) else (out,)
         return dict(zip(self.adjoint_specs.outputs, outs))
@@ -315,7 +320,8 @@ def _eager(values: Sequence[Any]) -> bool:
             or torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
         return False
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    return all(x is None or isinstance(x, int) or (type(x) is torch.Tensor and not wrapped(x))
+    return all(x is None or isinstance(x, int | list) or
+               (type(x) is torch.Tensor and not wrapped(x))
                for x in values)
 
 

@@ -20,8 +20,13 @@ if TYPE_CHECKING:
 class Specs:
     """The arguments and results of one compiled recurrence, in the order of its operator."""
 
-    def __init__(self, rec: Recurrence) -> None:
+    def __init__(self, rec: Recurrence, sums: bool = False) -> None:
         self.rec = rec
+        #: with ``sums``, the lane readouts whose batch shape each call may give (an optional
+        #: ``SymInt[]`` per readout after the tensors): summed over the channels that share a
+        #: row of that shape (the adjoint's gradients of inputs given with a row per block of
+        #: channels, summed in its kernel)
+        self.sums = list(rec.lane_readouts) if sums and rec.vector else []
         #: name -> (indexed by time, indexed by n)
         self.args = [(n, True, n in rec.lane_names) for n in rec.inputs]
         self.args += [(n, False, n in rec.lane_names) for n in rec.params]
@@ -40,6 +45,7 @@ class Specs:
         params += [f"Tensor? s{i}" for i in range(len(self.h0))]
         if self.needs_length:
             params.append("SymInt length")
+        params += [f"SymInt[]? r{i}" for i in range(len(self.sums))]   # always passed
         outs = "Tensor" if len(self.outputs) == 1 else \
             "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
         return f"({', '.join(params)}) -> {outs}"
@@ -103,23 +109,25 @@ class Runner:
         #: inputs read at another time (the compiles' ``read_offsets``; the reference too)
         self.offsets = dict(offsets or {})
 
-    def shapes(self, values: Sequence[Any], length: Any = None) -> list[tuple[Any, ...]]:
+    def shapes(self, values: Sequence[Any], length: Any = None,
+               sums: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         batch, N, L = self.specs.sizes(values, length)
-        return [(*batch, N, L) if o in self.specs.lane_outputs else (*batch, L)
-                for o in self.specs.outputs]
+        sums = sums or {}
+        return [(*tuple(sums.get(o, batch)), N, L) if o in self.specs.lane_outputs
+                else (*batch, L) for o in self.specs.outputs]
 
     def fake(self, *args: Any) -> Any:
-        values, length = self._split(args)
+        values, length, sums = self._split(args)
         dtype, device = dtype_of(values), device_of(values)
         first = next(x for x in values if x is not None)
         outs = [first.new_empty(s, dtype=dtype, device=device)
-                for s in self.shapes(values, length)]
+                for s in self.shapes(values, length, sums)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def __call__(self, *args: Any) -> Any:
         import torch
 
-        values, length = self._split(args)
+        values, length, sums = self._split(args)
         dtype, device = dtype_of(values), device_of(values)
         names = self.specs.names
         given = {n: x for n, x in zip(names, values) if x is not None}
@@ -128,19 +136,32 @@ class Runner:
             outs = self._reference(given, L)
             res = [torch.from_numpy(outs[o]).to(device) for o in self.specs.outputs]
         elif device.type == "cuda":
-            res = self._cuda(given, L)
+            return self._result(self._cuda(given, L, sums), {})
         else:
             c = self.compiled_for("cpu")
             arrays = {n: x.detach().numpy() for n, x in given.items()}
             out = c(device="cpu", L=L, **arrays)
             out = out if isinstance(out, dict) else {self.specs.outputs[0]: out}
             res = [torch.from_numpy(np.ascontiguousarray(out[o])) for o in self.specs.outputs]
+        return self._result(res, sums)
+
+    def _result(self, res: list[Any], sums: Mapping[str, Any]) -> Any:
+        """The outputs, the lane readouts in ``sums`` summed to their batch shapes."""
+        from explorer.torch_arrays import sum_to
+
+        res = [(sum_to(x, tuple(sums[o])) if o in sums else x)
+               for o, x in zip(self.specs.outputs, res)]
         return res[0] if len(res) == 1 else tuple(res)
 
-    def _split(self, args: Sequence[Any]) -> tuple[list[Any], Any]:
+    def _split(self, args: Sequence[Any]) -> tuple[list[Any], Any, dict[str, Any]]:
+        """(tensors, the length or None, lane readout -> the batch shape it is summed to)."""
+        k = len(self.specs.sums)
+        rows = list(args[len(args) - k:]) if k else []
+        args = args[:len(args) - k]
+        sums = {o: tuple(r) for o, r in zip(self.specs.sums, rows) if r is not None}
         if self.specs.needs_length:
-            return list(args[:-1]), args[-1]
-        return list(args), None
+            return list(args[:-1]), args[-1], sums
+        return list(args), None, sums
 
     def _reference(self, given: dict[str, Any], L: int | None) -> dict[str, np.ndarray]:
         """float64: the sequential float64 reference (a reverse scan as the forward scan of the
@@ -157,10 +178,11 @@ class Runner:
         return {k: (_flip(v) if self.reverse else np.array(v, dtype=np.float64))
                 for k, v in out.items()}
 
-    def _cuda(self, given: dict[str, Any], L: int | None) -> list[Any]:
+    def _cuda(self, given: dict[str, Any], L: int | None,
+              sums: Mapping[str, tuple[int, ...]]) -> list[Any]:
         """The PTX kernels through CuPy, on torch's current stream, without synchronising; a
         launch plan cached per shapes and strides (:mod:`explorer.runtime.cuda_plan`) makes a
         repeated call cost little host time."""
         kernel: Any = self.compiled_for("cuda").runner("cuda")
-        outs = kernel.launch_torch(L=L, **given)
+        outs = kernel.launch_torch(L=L, sums=sums or None, **given)
         return [outs[o] for o in self.specs.outputs]

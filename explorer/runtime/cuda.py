@@ -31,6 +31,7 @@ GPU); never MLIR or sympy.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,12 +291,14 @@ class CudaKernel:
         return run
 
     def launch_torch(self, /, L: int | None = None, time_chunk: int | None = None,
+                     sums: Mapping[str, tuple[int, ...]] | None = None,
                      **tensors: Any) -> dict[str, Any]:
         """Launch on torch CUDA tensors, on torch's current stream, without waiting: the
         outputs by name as torch tensors (batch shape).  Calls of the same shapes, strides and
         dtypes reuse a cached launch plan (:mod:`explorer.runtime.cuda_plan`); tensors that are
         not CUDA tensors of their arguments' dtypes on one device, packed calls and compiles
-        storing last states take the path of :meth:`prepare` (and wait)."""
+        storing last states take the path of :meth:`prepare` (and wait). ``sums``: lane
+        readouts summed to a batch shape (:func:`explorer.runtime.cuda_plan.build_plan`)."""
         import torch
 
         device = next((x.device for x in tensors.values()
@@ -309,12 +312,18 @@ class CudaKernel:
             run = self.prepare(L=L, time_chunk=time_chunk, **tensors)
             run.launch()
             out = run.result()
-            return out if isinstance(out, dict) else {self.output_names[0]: out}
+            out = out if isinstance(out, dict) else {self.output_names[0]: out}
+            from explorer.torch_arrays import sum_to
+
+            return {k: (sum_to(v, sums[k]) if sums and k in sums else v)
+                    for k, v in out.items()}
+        if sums:
+            key = (*key, tuple(sorted((k, tuple(v)) for k, v in sums.items())))
         plan = self._plans.get(key)
         if plan is None:
             require_gpu()
             assert ptr is not None   # a key is made only with torch's stream
-            plan = build_plan(self, tensors, L, time_chunk, ptr)
+            plan = build_plan(self, tensors, L, time_chunk, ptr, sums)
             self._plans.put(key, plan)
         return run_plan(self, plan, tensors)
 
@@ -484,3 +493,4 @@ def run_artifact(path: str | os.PathLike[str] | Artifact, /, **arrays: Any) -> A
 
 __all__ = ["CudaKernel", "Launch", "gpu_available", "gpu_unavailable_reason", "require_gpu",
            "run_artifact", "array_kind", "check_array_dtype"]
+

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,8 +142,12 @@ def signature(arrays: dict[str, Any], L: int | None, time_chunk: int | None,
 
 
 def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
-               time_chunk: int | None, stream_ptr: int) -> LaunchPlan:
-    """Check a call fully (as ``prepare`` does) and bind what does not depend on the data."""
+               time_chunk: int | None, stream_ptr: int,
+               sums: Mapping[str, tuple[int, ...]] | None = None) -> LaunchPlan:
+    """Check a call fully (as ``prepare`` does) and bind what does not depend on the data.
+    ``sums``: lane readouts to sum in the kernels over the channels that share a row of the
+    batch shape given (``(8, 1)`` of a batch ``(8, 1536)``: 1536 channels a row), returned in
+    that shape."""
     import torch
 
     from explorer.runtime.cuda import MAX_GRID_X
@@ -166,6 +171,16 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
         for name, info in kernel.output_args.items():
             inner = (C, N, length) if info.lane else (C, length)
             shown = (*batch, N, length) if info.lane else (*batch, length)
+            own = tuple(int(k) for k in (sums or {}).get(name, ()))
+            if own and not info.reset:
+                raise ValueError(f"{name} is not a lane readout: it cannot be summed over "
+                                 "channels")
+            # summed where the shape keeps leading axes of the batch and is one on the rest
+            # (else returned whole, for the caller to sum)
+            div = shared_rows(own, batch) if own and len(own) == len(batch) and C else None
+            if div is not None:
+                row_div[name] = div
+                inner, shown = (C // div, N, length), (*own, N, length)
             plan.outputs[name] = (inner, shown)
             plan.out_dtypes[name] = getattr(torch, kernel.narrow.get(name, "float32"))
             if info.reset:

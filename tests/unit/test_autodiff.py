@@ -429,8 +429,17 @@ def test_opcheck_passes_on_both_operators():
             shape = (2, 8)
         adjoint_args.append(torch.tensor(rng.uniform(-1, 1, shape), dtype=torch.float32))
     adjoint_args += [None] * len(bw.states)
-    result = torch.library.opcheck(op.adjoint_op, adjoint_args)
+    result = torch.library.opcheck(op.adjoint_op, [*adjoint_args, None, None])
     assert set(result.values()) == {"SUCCESS"}, result
+    # its lane readouts (the gradients of B and C) summed to a batch shape of one row
+    assert op.adjoint_specs.sums == ["grad_lane_B", "grad_lane_C"]
+    result = torch.library.opcheck(op.adjoint_op, [*adjoint_args, [1], None])
+    assert set(result.values()) == {"SUCCESS"}, result
+    whole = op.adjoint_op(*adjoint_args, None, None)
+    summed = op.adjoint_op(*adjoint_args, [1], None)
+    k = op.adjoint_specs.outputs.index("grad_lane_B")
+    assert summed[k].shape == (1, 2, 8) and whole[k].shape == (2, 2, 8)
+    torch.testing.assert_close(summed[k], whole[k].sum(0, keepdim=True))
 
 
 def test_one_operator_per_compile():
