@@ -43,6 +43,7 @@ from explorer.codegen.tiles import (
     held_value,
     scan_shift,
     streams_aligned,
+    striped_add,
     tile_loads,
     tile_slots,
     wide_store,
@@ -404,7 +405,15 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             return alg.apply(total, carry) + nxt + kept_sums
         if direct:
             assert th.tid is not None
-            direct_write(outs, out_vals, t0, th.tid, E, VL, end)
+            # outputs added into (lane readouts) go through the stage to coalesced adds
+            added = [j for j, s in enumerate(outs) if s.accumulate]
+            plain = [j for j, s in enumerate(outs) if not s.accumulate]
+            if plain:
+                direct_write([outs[j] for j in plain], [[v[j] for j in plain] for v in out_vals],
+                             t0, th.tid, E, VL, end)
+            if added:
+                striped_add(th, [outs[j] for j in added],
+                            [[v[j] for j in added] for v in out_vals], stage, t0, E, end)
             return alg.apply(total, carry) + nxt + kept_sums
 
         # A thread writes out the stage positions it loaded (slots(tid, VL)), wide or not: on

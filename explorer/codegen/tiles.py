@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
+from typing import Any
 
 from mlir.dialects import arith, memref, vector
 from mlir.ir import (
@@ -30,7 +31,7 @@ from mlir.ir import (
 
 from explorer.codegen.emit import add_i, ci, f32, mul_i
 from explorer.codegen.gen import Stream
-from explorer.codegen.threads import if_else, if_then, min_i
+from explorer.codegen.threads import if_else, if_then, min_i, pad
 
 
 def _wide_index(s: Stream, p: Value, V: int) -> Value:
@@ -221,3 +222,30 @@ def held_value(vals: Sequence[Value], k: int, q: int, nstreams: int, W: int) -> 
         return vals[k * nstreams + q]
     g, j = divmod(k, W)
     return vector.extract(vals[g * nstreams + q], [], [j])
+
+
+def striped_add(th: Any, outs: Sequence[Stream], vals: Sequence[Sequence[Value]],
+                stage: Sequence[Value], t0: Value, E: int, end: Value) -> None:
+    """Add a direct tile's outputs (``vals[k][q]``: stream ``q`` at the thread's ``k``-th
+    consecutive position) into streams that accumulate, through the stage: each thread puts
+    its positions there, then adds positions ``k * block_size + tid``, so that a warp's adds
+    (``red.global.add.f32``) touch consecutive words. From registers each warp's add would
+    touch 32 words E apart (4 times the sectors at E = 4); many channels add into the same
+    rows (a gradient of an input shared by channels), and the L2's atomic units, not the
+    bytes, bound such a kernel. The barriers keep the stage from being overwritten before
+    every thread has read it."""
+    tid, bs = th.tid, th.bs
+    base = mul_i(tid, ci(E))
+    for q, _ in enumerate(outs):
+        for k in range(E):
+            memref.store(vals[k][q], stage[q], [pad(add_i(base, ci(k)))])
+    th.barrier()
+    for k in range(E):
+        p = add_i(ci(k * bs), tid)
+        t = add_i(t0, p)
+
+        def put(p: Value = p, t: Value = t) -> None:
+            for q, s in enumerate(outs):
+                s.store(memref.load(stage[q], [pad(p)]), t)
+        if_then(arith.cmpi(arith.CmpIPredicate.slt, t, end), put)
+    th.barrier()

@@ -39,6 +39,12 @@ DEFAULT = {"strategy": "blelloch"}
 SEQUENTIAL = {"strategy": "sequential"}
 
 
+#: a forward with a lane readout (a value per lane, beside the sum over n)
+LANE_READOUT = ("h[t, n] = f[t, n] * h[t-1, n] + x[t] * B[t, n]\n"
+                "y[t] = sum(C[t, n] * h[t, n])\n"
+                "g[t, n] = C[t, n] * h[t, n] * x[t] + exp(f[t, n])")
+
+
 def _cases() -> list[tuple[str, str, dict[str, Any]]]:
     import explorer as ex
 
@@ -51,6 +57,8 @@ def _cases() -> list[tuple[str, str, dict[str, Any]]]:
                            "y[t] = sum(h[t, n] - q[t, n])", SEQUENTIAL),
         ("affine-default", ex.PRESETS["affine scan"], DEFAULT),
         ("selective-default", ex.PRESETS["selective scan"], DEFAULT),
+        ("mamba-default", ex.PRESETS["Mamba selective scan"], DEFAULT),
+        ("lane-readout", LANE_READOUT, DEFAULT),
     ]
     return out
 
@@ -183,6 +191,29 @@ def test_fused_backward_matches_torch_autograd(case_id: str):
         errors = {k: _rel(ours[k], ref[k]) for k in ref}
         assert max(errors.values()) < KERNEL_TOL, errors
     assert all(torch.equal(second[k], third[k]) for k in ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case_id", ["selective-default", "mamba-default"])
+def test_inputs_shared_by_channels_sum_their_gradients_in_the_adjoint(case_id: str):
+    """B and C given once per batch row (Mamba's layout, ``(batch, 1, N, L)`` against
+    ``(batch, D, L)``): their gradients are the adjoint's lane readouts, which its kernel adds
+    into one row per batch row (the launch plan allocates those rows alone)."""
+    text, options = next((t, o) for n, t, o in CASES if n == case_id)
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=300)
+    for name in ("B", "C"):
+        arrays[name] = np.ascontiguousarray(arrays[name][:, :1])
+    cot, ref = _reference_grads(rec, arrays, h0)
+    op = _op(text, options)
+    ours = _cuda_grads(op, rec, arrays, h0, cot)
+    assert ours["B"].shape == (2, 1, 4, 300) and ours["C"].shape == (2, 1, 4, 300)
+    errors = {k: _rel(ours[k], ref[k]) for k in ref}
+    assert max(errors.values()) < KERNEL_TOL, errors
+    kernel = op.adjoint_runner.compiled_for("cuda").runner("cuda")
+    rows = {p.outputs[o][0] for p in kernel._plans.plans.values()
+            for o in ("grad_lane_B", "grad_lane_C")}
+    assert rows == {(2, 4, 300)}, rows   # one row per batch row, not per channel
 
 
 @pytest.mark.gpu

@@ -82,6 +82,9 @@ EXTRA = [
     Case("mamba-bias", "h[t, n] = exp(-softplus(A[n]) * dt[t]) * h[t-1, n] "
                        "+ dt[t] * B[t, n] * x[t] + r[n]\n"
                        "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]", "diagonal"),
+    Case("lane-readout", "h[t, n] = f[t, n] * h[t-1, n] + x[t] * B[t, n]\n"
+                         "y[t] = sum(C[t, n] * h[t, n])\n"
+                         "g[t, n] = C[t, n] * h[t, n] * x[t] + exp(f[t, n])", "diagonal"),
     Case("adversarial-names",
          "h[t] = lam_h[t] * h[t-1] + grad_h[t] * fwd_h + lam_h_2[t] + lam_h_next[t]\n"
          "y[t] = grad_y[t] * abs(h[t]) + lam_h0 * d_h[t] + N", "scalar"),
@@ -190,8 +193,8 @@ def torch_reference(rec: Recurrence, arrays: dict[str, Any], h0: dict[str, Any] 
             history[s] = history[s][1:] + [current[s]]
             outs[s].append(current[s])
         for r in rec.readouts:
-            y = evaluate(rec.statement(r).expr, t, current)
-            outs[r].append(torch.broadcast_to(y, full)[..., 0])
+            y = torch.broadcast_to(evaluate(rec.statement(r).expr, t, current), full)
+            outs[r].append(y if r in rec.lane_readouts else y[..., 0])
     result = {}
     for name, values in outs.items():
         arr = torch.stack(values, -1)

@@ -82,10 +82,22 @@ def test_tampered_lookback_fields_are_refused(field, value, match):
         parse_kernels(kernels)
 
 
-def test_reset_is_for_workspaces_only():
-    kernels = [dict(k, ptx="kernel.ptx") for k in _kernels("lookback")]
-    next(a for a in kernels[1]["args"] if a["role"] == "output")["reset"] = True
-    with pytest.raises(ArtifactError, match="is reset but is not a workspace"):
+def test_reset_is_for_workspaces_and_outputs_added_into_only():
+    import copy
+
+    base = [dict(k, ptx="kernel.ptx") for k in _kernels("lookback")]
+    kernels = copy.deepcopy(base)
+    next(a for a in kernels[1]["args"] if a["role"] == "input")["reset"] = True
+    with pytest.raises(ArtifactError, match="is reset but is neither a workspace nor an output"):
+        parse_kernels(kernels)
+    # an output added into (a lane readout) is zeroed: float32 and timed only
+    kernels = copy.deepcopy(base)
+    out = next(a for a in kernels[1]["args"] if a["role"] == "output")
+    out["reset"] = True
+    parsed = parse_kernels(kernels)
+    assert next(a for a in parsed[1].args if a.name == out["name"]).reset
+    out["dtype"] = "bfloat16"
+    with pytest.raises(ArtifactError, match="is reset .added into. but is not a timed float32"):
         parse_kernels(kernels)
 
 
