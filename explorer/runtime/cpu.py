@@ -117,7 +117,8 @@ def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, 
             sequences: int = 1) -> dict[str, np.ndarray]:
     """Run the lowered host module's entry (which launches every kernel's grid in order) on
     the arrays; return the outputs by name. ``row_div``: for an input given with a row per
-    block of channels (``(C / div, ...)``), the channels that share a row. ``sequences``: of
+    block of channels (``(C / div, ...)``), the channels that share a row; for a lane readout,
+    the channels whose values are added into one row. ``sequences``: of
     a packed batch (a varlen compile's ``segment_marks`` among the arrays), the number of
     initial and last states per channel."""
     typed = _contract(kernels)
@@ -202,7 +203,8 @@ def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
             continue
         shape = ((a.workspace_size(C, N, L, sizes),) if role == "workspace"
                  else (L,) if role == "segments"
-                 else _shape(a, C // row_div.get(name, 1) if role == "input" else C, N, L))
+                 else _shape(a, C // row_div.get(name, 1) if role == "input" or a.reset
+                             else C, N, L))
         if role in ("h0", "output") and not a.timed:   # a state per packed sequence
             shape = (sequences, *shape)
         if role == "workspace":

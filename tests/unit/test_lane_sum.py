@@ -288,6 +288,36 @@ def test_inputs_read_with_a_row_per_batch_row(strategy: str, grid: str, outputs:
         run_cpu(module, kernels, arrays, C, N, L, row_div={"B": 4, "C": 4})
 
 
+#: a lane readout beside the sum (the gradient of B of the selective scan's adjoint, in form)
+LANE_READOUT = SELECTIVE + "\ng[t, n] = C[t, n] * h[t, n] * x[t] + B[t, n]"
+
+
+@pytest.mark.parametrize(("strategy", "grid"), PLANS)
+def test_lane_readouts_add_into_rows_shared_by_channels(strategy: str, grid: str) -> None:
+    """A lane readout given a row divisor: the channels that share a row add their values
+    there (the kernels' adds, a permutation of the blocks over the rows on the lane loop)."""
+    batch, D, N, L = 3, 5, 6, 90
+    C = batch * D
+    module, kernels, _ = built(LANE_READOUT, strategy, "all", grid)
+    assert {a.name for a in kernels[0].args if a.role == "rowmap"} == {"B", "C", "g"}
+    assert next(a for a in kernels[0].args if a.name == "g" and a.role == "output").reset
+    rng = np.random.default_rng(11)
+    arrays = {"dt": rng.uniform(0.01, 0.2, (C, L)), "x": rng.uniform(-1, 1, (C, L)),
+              "A": -rng.uniform(0.1, 2.0, (C, N)), "D": rng.uniform(-1, 1, (C,)),
+              "B": rng.uniform(-1, 1, (batch, N, L)), "C": rng.uniform(-1, 1, (batch, N, L))}
+    arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
+    per_channel = {k: (np.repeat(v, D, axis=0) if k in ("B", "C") else v)
+                   for k, v in arrays.items()}
+    want = ex.reference(LANE_READOUT, **per_channel)
+    for run in (launch_cpu_kernels, run_cpu):
+        out = run(module, kernels, arrays, C, N, L, row_div={"B": D, "C": D, "g": D})
+        assert out["g"].shape == (batch, N, L)
+        close(out["g"], want["g"].reshape(batch, D, N, L).sum(axis=1))
+        close(out["y"], want["y"])
+        whole = run(module, kernels, arrays, C, N, L, row_div={"B": D, "C": D})
+        close(whole["g"], want["g"])   # a row per channel: the values themselves
+
+
 def test_marshal_keeps_a_row_per_block_of_channels() -> None:
     """An input broadcast over trailing batch axes keeps its rows (no copy per channel); any
     other broadcast is laid out per channel, as before."""
