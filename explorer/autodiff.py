@@ -38,10 +38,9 @@ without it).  For an input without the axis n of a vector recurrence, the sum ov
 terms is a **readout of the adjoint** (``grad_sum_dt[t] = sum(lam_h[t, n] * (...))``, the past
 state read as an input ``fwd_h_prev[t, n]``, or the saved state at its own step, ``fwd_h[t, n]``,
 where :func:`explorer.summed_readouts.through_state` allows): a lane-loop plan reduces it in
-the adjoint's own kernel. An input with the axis n has its whole gradient as a **lane readout**
-of the adjoint (``grad_lane_B[t, n] = lam_h[t, n] * (dt[t] * x[t])``), which the kernel adds
-into rows shared by the channels that share the input's rows
-(:func:`explorer.summed_readouts.summed_readouts`).
+the adjoint's own kernel (:func:`explorer.summed_readouts.summed_readouts`; with
+``lane_gradients``, an input with the axis n has its gradient as a lane readout, see
+:func:`grad`).
 
 **Saved for backward**: the inputs, parameters and initial states given to the forward, and the
 forward's state trajectories ``h[t]`` (outputs of the forward anyway): nothing else.
@@ -87,10 +86,9 @@ DIRECT = "d_{}"           # a direct term passed as an array
 #: the Blelloch adjoint kernel 5.30 -> 3.23 ms at 8 x 1536 x 16 x 2^11 and 0.299 -> 0.175 ms at
 #: 2 x 512 x 16 x 2^10; one warp of ``warp_shuffle`` ran slower direct (3.36 -> 6.41 ms)
 DIRECT_ADJOINT = ("blelloch",)
-#: the tile of that direct adjoint (unless given): its lane loop holds every stream's elements
-#: in registers, so fewer a thread run faster. H100 (``bench/grad_speed.py --kernels``, adjoint
-#: at 8 x 1536 x 16 x 2^11 and 2 x 512 x 16 x 2^10): 128 threads by 8 elements 2.94 and 0.159 ms,
-#: by 4 2.19 and 0.114, by 2 2.80 and 0.151; 64 by 4 2.12 and 0.102, 256 by 4 2.31 and 0.104
+#: the tile of that direct adjoint (unless given): fewer elements a thread run faster (H100,
+#: adjoint at 8 x 1536 x 16 x 2^11 and 2 x 512 x 16 x 2^10: 128 threads by 8 2.94 and 0.159 ms,
+#: by 4 2.19 and 0.114, by 2 2.80 and 0.151; 64 by 4 2.12 and 0.102, 256 by 4 2.31 and 0.104)
 ADJOINT_TILE = {"block_size": 64, "elements_per_thread": 4}
 
 
@@ -106,8 +104,7 @@ def chosen_tile(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _Namer:
-    """Hands out names that collide with nothing taken, and whose ``<name>0`` keyword (for
-    states) collides with nothing either."""
+    """Names that collide with nothing taken, nor (for states) their ``<name>0`` keyword."""
 
     def __init__(self, taken: set[str]) -> None:
         self.taken = set(taken) | set(RESERVED_NAMES) | set(FUNCTIONS)
@@ -153,8 +150,7 @@ class BackwardNames:
     #: ms with ``dt_next`` and ``fwd_h_prev`` in place, 8.0 with ``dt_next`` alone, which
     #: changed 50 of its 1408 PTX instructions and took ptxas from 428 to 760 bytes of spills)
     read_offsets: dict[str, int] = field(default_factory=dict)
-    #: forward input with the axis n -> the backward's lane readout that is its gradient
-    lane: dict[str, str] = field(default_factory=dict)
+    lane: dict[str, str] = field(default_factory=dict)   # input -> its lane readout
 
 
 # ----------------------------------------------------------------------------------------------
@@ -329,28 +325,32 @@ class Backward:
                          in_place=dict(back.options.get("read_offsets") or ()))
 
 
-_CACHE: dict[str, Backward] = {}
+_CACHE: dict[tuple[str, bool], Backward] = {}
 _LOCK = threading.Lock()
 
 
-def grad(rec: Recurrence | str) -> Backward:
-    """Derive the backward of a recurrence (or its text): the adjoint recurrence and the
-    gradient formulas.  ``grad(rec).compile(...)`` compiles the adjoint; ``.vjp(...)`` gives
-    gradients with NumPy; ``compile(rec).torch()`` a differentiable PyTorch op."""
+def grad(rec: Recurrence | str, lane_gradients: bool = False) -> Backward:
+    """The backward of a recurrence (or its text): adjoint recurrence and gradient formulas;
+    ``.compile(...)`` compiles the adjoint, ``.vjp(...)`` runs it with NumPy. ``lane_gradients``:
+    an input with the axis n gets its gradient as a lane readout of the adjoint (added by its
+    kernel into the rows channels share), not from formulas after it. Off by default: H100,
+    selective scan at 8 x 1536 x 16 x 2^11 (B, C per batch row), the adjoint kernel 2.12 ->
+    4.45 ms, above the formulas it replaces (1.2 ms), added or stored (4.55), any occupancy."""
     if isinstance(rec, str):
         rec = Recurrence.parse(rec)
     elif not isinstance(rec, Recurrence):
         raise TypeError(f"grad() takes a Recurrence or its text, not {type(rec).__name__}")
+    key = (rec.text, bool(lane_gradients))
     with _LOCK:
-        hit = _CACHE.get(rec.text)
+        hit = _CACHE.get(key)
     if hit is None:
-        hit = _derive(rec)
+        hit = _derive(rec, bool(lane_gradients))
         with _LOCK:
-            _CACHE[rec.text] = hit
+            _CACHE[key] = hit
     return hit
 
 
-def _derive(rec: Recurrence) -> Backward:
+def _derive(rec: Recurrence, lane_gradients: bool = False) -> Backward:
     form = decompose(rec)
     comps = form.components
     S = form.size
@@ -475,7 +475,7 @@ def _derive(rec: Recurrence) -> Backward:
     through = through_state(form, scan_terms, rec.inputs)
     text, back, previous, summed, laned = summed_readouts(
         rec, comps, adjoint, {**scan_terms, **through}, namer, text, back, label, timed,
-        lane_names, ref, trajectory, readout_terms, cot)
+        lane_names, ref, trajectory, readout_terms if lane_gradients else None, cot)
     # a summed gradient rewritten through h[t] is that readout; the elementwise formulas keep
     # h[t-1] (read without a copy, see explorer.gradients.product)
     scan_terms.update({n: t for n, t in through.items() if n in summed})

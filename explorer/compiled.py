@@ -230,12 +230,14 @@ class Compiled:
         _write_bytes(out, _encode(self), compress=out.suffix == ".gz")
         return out
 
-    def torch(self, fuse_backward: str | bool | None = None) -> Any:
+    def torch(self, fuse_backward: str | bool | None = None,
+              lane_gradients: bool = False) -> Any:
         """This compile as a differentiable torch operator (see :mod:`explorer.torch_op`;
-        ``fuse_backward``: see :mod:`explorer.fused_backward`)."""
+        ``fuse_backward``: see :mod:`explorer.fused_backward`; ``lane_gradients``: see
+        :func:`explorer.autodiff.grad`)."""
         from explorer.torch_op import torch_op
 
-        return torch_op(self, fuse_backward=fuse_backward)
+        return torch_op(self, fuse_backward=fuse_backward, lane_gradients=lane_gradients)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the artifact (PTX + manifest.json) to the directory ``path``."""

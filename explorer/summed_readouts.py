@@ -98,10 +98,10 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
     A timed input with the axis n (Mamba's ``B[t, n]``, ``C[t, n]``) has its whole gradient as a
     **lane readout** of the adjoint (``grad_lane_B[t, n] = lam_h[t, n] * (dt[t] * x[t])``,
     ``grad_lane_C[t, n] = grad_y[t] * fwd_h[t, n]``: its scan terms and its readouts' terms,
-    ``readout_terms`` with the cotangents ``cotangent``), which the kernel adds into a row that
-    the channels sharing the input's row share. Returns the adjoint's text and recurrence
-    (with the readouts, when any), the past-state inputs, input -> summed readout and input
-    -> lane readout."""
+    ``readout_terms`` with the cotangents ``cotangent``; None: no lane readouts), which the
+    kernel adds into a row that the channels sharing the input's row share. Returns the
+    adjoint's text and recurrence (with the readouts, when any), the past-state inputs, input
+    -> summed readout and input -> lane readout."""
     previous: dict[str, str] = {}
     summed: dict[str, str] = {}
     laned: dict[str, str] = {}
@@ -114,7 +114,9 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
     for name in rec.inputs:
         terms = scan_terms.get(name, [])
         if name in lane_of:
-            line = _lane_gradient(name, terms, (readout_terms or {}).get(name, []), comps,
+            if readout_terms is None:   # lane gradients not asked for: the formulas keep them
+                continue
+            line = _lane_gradient(name, terms, readout_terms.get(name, []), comps,
                                   adjoint, cotangent or {}, past, now, previous, traj, namer,
                                   ref)
             if line is not None:

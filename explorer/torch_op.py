@@ -74,12 +74,13 @@ if TYPE_CHECKING:
 #: the namespace of the operators
 NAMESPACE = "scanweaver"
 
-_OPS: dict[str, RecurrenceOp] = {}
+_OPS: dict[tuple[str, bool], RecurrenceOp] = {}
 _LOCK = threading.Lock()
 
 
 def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
-             fuse_backward: str | bool | None = None) -> RecurrenceOp:
+             fuse_backward: str | bool | None = None,
+             lane_gradients: bool = False) -> RecurrenceOp:
     """The differentiable torch operator of a compile (one per compile key, made once).
 
     ``adjoint``: the compile of the adjoint recurrence to use (by default it is compiled on
@@ -87,7 +88,8 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
     without MLIR run the backward on the GPU, as it runs the forward.  ``fuse_backward``:
     when the eager backward runs its gradient formulas fused by ``torch.compile``
     (:mod:`explorer.fused_backward`: ``"auto"``, the default, ``"always"`` or ``"never"``);
-    None leaves the operator's setting as it is.
+    None leaves the operator's setting as it is. ``lane_gradients``: the backward of
+    :func:`explorer.autodiff.grad` with lane gradients (an operator of its own).
     """
     policy = None if fuse_backward is None else check_policy(fuse_backward)
     if compiled.options.get("dtype", "float32") != "float32":
@@ -101,10 +103,10 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
         raise OptionError("the torch operator differentiates the recurrence as written; this "
                           "compile reads inputs at other times (read_offsets)")
     with _LOCK:
-        op = _OPS.get(compiled.key)
+        op = _OPS.get((compiled.key, bool(lane_gradients)))
         if op is None:
-            op = RecurrenceOp(compiled)
-            _OPS[compiled.key] = op
+            op = RecurrenceOp(compiled, bool(lane_gradients))
+            _OPS[(compiled.key, bool(lane_gradients))] = op
     if adjoint is not None:
         if adjoint.recurrence.text != op.backward.text or not adjoint.options.get("reverse"):
             raise ValueError("adjoint= is not the reverse compile of this recurrence's adjoint "
@@ -132,12 +134,12 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
 class RecurrenceOp:
     """A compiled recurrence as a differentiable torch operator (see the module docstring)."""
 
-    def __init__(self, compiled: Compiled) -> None:
+    def __init__(self, compiled: Compiled, lane_gradients: bool = False) -> None:
         import torch
 
         self.compiled = _storing_every_output(compiled)
         rec = compiled.recurrence
-        self.backward: Backward = grad(rec)
+        self.backward: Backward = grad(rec, lane_gradients)
         self.reverse = bool(compiled.options.get("reverse", False))
         self.specs = _Specs(rec)
         self.adjoint_specs = _Specs(self.backward.recurrence, sums=True)
@@ -146,7 +148,7 @@ class RecurrenceOp:
         self.ops = TorchOps()
         self._fuse_backward = "auto"
         self.fused = FusedBackward(self)
-        key = compiled.key
+        key = compiled.key + ("_lane" if lane_gradients else "")
         forward = _Runner(self.specs, self.reverse, self._forward_for)
         adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for,
                           self.backward.names.read_offsets)

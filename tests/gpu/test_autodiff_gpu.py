@@ -37,6 +37,7 @@ HAS_MLIR = importlib.util.find_spec("mlir") is not None
 BLELLOCH = {"strategy": "blelloch", "block_size": 32, "elements_per_thread": 2, "chunk_tiles": 1}
 DEFAULT = {"strategy": "blelloch"}
 SEQUENTIAL = {"strategy": "sequential"}
+LANE = {"strategy": "blelloch", "lane_gradients": True}
 
 
 #: a forward with a lane readout (a value per lane, beside the sum over n)
@@ -59,6 +60,10 @@ def _cases() -> list[tuple[str, str, dict[str, Any]]]:
         ("selective-default", ex.PRESETS["selective scan"], DEFAULT),
         ("mamba-default", ex.PRESETS["Mamba selective scan"], DEFAULT),
         ("lane-readout", LANE_READOUT, DEFAULT),
+        # the gradients of B and C as lane readouts of the adjoint (explorer.autodiff.grad)
+        ("selective-lane", ex.PRESETS["selective scan"], LANE),
+        ("mamba-lane", ex.PRESETS["Mamba selective scan"], LANE),
+        ("lane-readout-lane", LANE_READOUT, LANE),
     ]
     return out
 
@@ -76,9 +81,10 @@ def build(folder: Path) -> None:
     for i, (name, text, options) in enumerate(_cases()):
         opts = dict(options)
         strategy = opts.pop("strategy")
+        lane = opts.pop("lane_gradients", False)
         # the op returns every output and its backward reads the states: all stored
         fwd = ex.compile(text, target="cuda", strategy=strategy, outputs="all", **opts)
-        bwd = ex.grad(text).compile(target="cuda", strategy=strategy, **opts)
+        bwd = ex.grad(text, lane).compile(target="cuda", strategy=strategy, **opts)
         fwd.dump(folder / f"{i}-forward.json.gz")
         bwd.dump(folder / f"{i}-adjoint.json.gz")
         index[_key(text, options)] = [f"{i}-forward.json.gz", f"{i}-adjoint.json.gz"]
@@ -122,10 +128,13 @@ LONG_TOL = 2e-4
 
 def _op(text: str, options: dict[str, Any]) -> Any:
     """The torch op of a CUDA compile: compiled here, or read from the records."""
+    lane = bool(options.get("lane_gradients", False))
     if HAS_MLIR:
         opts = dict(options)
         strategy = opts.pop("strategy")
-        return ex.compile(text, target="cuda", strategy=strategy, **opts).torch()
+        opts.pop("lane_gradients", None)
+        return ex.compile(text, target="cuda", strategy=strategy, **opts).torch(
+            lane_gradients=lane)
     from explorer.compiler import load_compiled
 
     index = json.loads((RECORDS / "index.json").read_text())
@@ -133,7 +142,8 @@ def _op(text: str, options: dict[str, Any]) -> Any:
         fwd, bwd = index[_key(text, options)]
     except KeyError:
         pytest.skip("no record of this compile: rebuild the records")
-    return torch_op(load_compiled(RECORDS / fwd), adjoint=load_compiled(RECORDS / bwd))
+    return torch_op(load_compiled(RECORDS / fwd), adjoint=load_compiled(RECORDS / bwd),
+                    lane_gradients=lane)
 
 
 def _cuda_grads(op: Any, rec: Recurrence, arrays: dict[str, np.ndarray],
@@ -194,11 +204,13 @@ def test_fused_backward_matches_torch_autograd(case_id: str):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case_id", ["selective-default", "mamba-default"])
+@pytest.mark.parametrize("case_id", ["selective-default", "mamba-default", "selective-lane",
+                                     "mamba-lane"])
 def test_inputs_shared_by_channels_sum_their_gradients_in_the_adjoint(case_id: str):
     """B and C given once per batch row (Mamba's layout, ``(batch, 1, N, L)`` against
-    ``(batch, D, L)``): their gradients are the adjoint's lane readouts, which its kernel adds
-    into one row per batch row (the launch plan allocates those rows alone)."""
+    ``(batch, D, L)``): right gradients, shaped like B and C; with lane gradients they are the
+    adjoint's lane readouts, which its kernel adds into one row per batch row (the launch
+    plan allocates those rows alone)."""
     text, options = next((t, o) for n, t, o in CASES if n == case_id)
     rec = Recurrence.parse(text)
     arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=300)
@@ -210,6 +222,8 @@ def test_inputs_shared_by_channels_sum_their_gradients_in_the_adjoint(case_id: s
     assert ours["B"].shape == (2, 1, 4, 300) and ours["C"].shape == (2, 1, 4, 300)
     errors = {k: _rel(ours[k], ref[k]) for k in ref}
     assert max(errors.values()) < KERNEL_TOL, errors
+    if not options.get("lane_gradients"):
+        return
     kernel = op.adjoint_runner.compiled_for("cuda").runner("cuda")
     rows = {p.outputs[o][0] for p in kernel._plans.plans.values()
             for o in ("grad_lane_B", "grad_lane_C")}
