@@ -43,6 +43,18 @@ def test_higher_order_and_coupled_states():
     assert rec.states == ("h", "g")
 
 
+def test_lane_readouts_have_a_value_per_lane():
+    rec = ex.Recurrence.parse("h[t, n] = a[t] * h[t-1, n] + B[t, n]\n"
+                              "y[t] = sum(C[t, n] * h[t, n])\ng[t, n] = C[t, n] * h[t, n] + a[t]")
+    assert rec.readouts == ("y", "g") and rec.lane_readouts == ("g",)
+    assert "g[t, n] = C[t, n] * h[t, n] + a[t]" in rec.as_text()
+    from explorer.passes.affine import decompose
+
+    form = decompose(rec)
+    assert form.output_is_lane("g") and not form.output_is_lane("y")
+    assert "g[t, n] = " in form.as_text() and "{g}_{t, n}" in form.to_latex()["readout g"]
+
+
 def _error(text: str) -> ex.RecurrenceError:
     with pytest.raises(ex.RecurrenceError) as info:
         ex.Recurrence.parse(text)
@@ -86,6 +98,11 @@ def _error(text: str) -> ex.RecurrenceError:
     ("h[t] = h[t-9] + x[t]", "lags beyond", 9),
     ("h[t] = h[t-1] + x[t]\ny[t] = h[t-1]", "readouts use the current state", 7),
     ("h[t] = h[t] + x[t]", "defined from itself", 7),
+    # lane readouts: a value per lane, of a vector state only, summing nothing, never read
+    ("h[t] = a[t] * h[t-1] + b[t]\ng[t, n] = h[t]", "only a vector state's readout", 0),
+    ("h[t, n] = h[t-1, n] + B[t, n]\ng[t, n] = sum(C[t, n] * h[t, n])", "sums nothing", 10),
+    ("h[t, n] = h[t-1, n] + g[t, n]\ng[t, n] = C[t, n] * h[t, n]", "is a readout", 22),
+    ("h[t, n] = h[t-1, n] + B[t, n]\ng[t, n] = h[t-1, n]", "readouts use the current", 10),
 ])
 def test_bad_input_names_the_problem_and_points_at_it(text, words, col):
     err = _error(text)
