@@ -263,6 +263,21 @@ def test_plan_records_the_choice() -> None:
 
 
 # -- inputs shared by blocks of channels ---------------------------------------------------------
+def _per_batch_row(text: str, batch: int, D: int, N: int, L: int, seed: int
+                   ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Mamba's layout: B and C a row per batch row, the rest per channel (float32); and the
+    reference of the recurrence on B and C repeated per channel."""
+    C = batch * D
+    rng = np.random.default_rng(seed)
+    arrays = {"dt": rng.uniform(0.01, 0.2, (C, L)), "x": rng.uniform(-1, 1, (C, L)),
+              "A": -rng.uniform(0.1, 2.0, (C, N)), "D": rng.uniform(-1, 1, (C,)),
+              "B": rng.uniform(-1, 1, (batch, N, L)), "C": rng.uniform(-1, 1, (batch, N, L))}
+    arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
+    per_channel = {k: (np.repeat(v, D, axis=0) if k in ("B", "C") else v)
+                   for k, v in arrays.items()}
+    return arrays, ex.reference(text, **per_channel)
+
+
 @pytest.mark.parametrize(("strategy", "grid"), PLANS)
 @pytest.mark.parametrize("outputs", ["readouts", "all"])
 def test_inputs_read_with_a_row_per_batch_row(strategy: str, grid: str, outputs: str) -> None:
@@ -272,14 +287,7 @@ def test_inputs_read_with_a_row_per_batch_row(strategy: str, grid: str, outputs:
     C = batch * D
     module, kernels, _ = built(SELECTIVE, strategy, outputs, grid)
     assert {a.name for a in kernels[0].args if a.role == "rowmap"} == {"B", "C"}
-    rng = np.random.default_rng(9)
-    arrays = {"dt": rng.uniform(0.01, 0.2, (C, L)), "x": rng.uniform(-1, 1, (C, L)),
-              "A": -rng.uniform(0.1, 2.0, (C, N)), "D": rng.uniform(-1, 1, (C,)),
-              "B": rng.uniform(-1, 1, (batch, N, L)), "C": rng.uniform(-1, 1, (batch, N, L))}
-    arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
-    per_channel = {k: (np.repeat(v, D, axis=0) if k in ("B", "C") else v)
-                   for k, v in arrays.items()}
-    want = ex.reference(SELECTIVE, **per_channel)
+    arrays, want = _per_batch_row(SELECTIVE, batch, D, N, L, seed=9)
     for run in (launch_cpu_kernels, run_cpu):
         out = run(module, kernels, arrays, C, N, L, row_div={"B": D, "C": D})
         for name, value in out.items():
@@ -301,14 +309,7 @@ def test_lane_readouts_add_into_rows_shared_by_channels(strategy: str, grid: str
     module, kernels, _ = built(LANE_READOUT, strategy, "all", grid)
     assert {a.name for a in kernels[0].args if a.role == "rowmap"} == {"B", "C", "g"}
     assert next(a for a in kernels[0].args if a.name == "g" and a.role == "output").reset
-    rng = np.random.default_rng(11)
-    arrays = {"dt": rng.uniform(0.01, 0.2, (C, L)), "x": rng.uniform(-1, 1, (C, L)),
-              "A": -rng.uniform(0.1, 2.0, (C, N)), "D": rng.uniform(-1, 1, (C,)),
-              "B": rng.uniform(-1, 1, (batch, N, L)), "C": rng.uniform(-1, 1, (batch, N, L))}
-    arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
-    per_channel = {k: (np.repeat(v, D, axis=0) if k in ("B", "C") else v)
-                   for k, v in arrays.items()}
-    want = ex.reference(LANE_READOUT, **per_channel)
+    arrays, want = _per_batch_row(LANE_READOUT, batch, D, N, L, seed=11)
     for run in (launch_cpu_kernels, run_cpu):
         out = run(module, kernels, arrays, C, N, L, row_div={"B": D, "C": D, "g": D})
         assert out["g"].shape == (batch, N, L)
