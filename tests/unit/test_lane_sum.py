@@ -319,6 +319,25 @@ def test_lane_readouts_add_into_rows_shared_by_channels(strategy: str, grid: str
         close(whole["g"], want["g"])   # a row per channel: the values themselves
 
 
+def test_a_manifest_that_stops_zeroing_a_lane_readout_is_refused() -> None:
+    """The kernels add a lane readout into its output: a manifest that drops ``reset`` (the
+    launcher would add into memory it never cleared) is refused, not run."""
+    import copy
+
+    from explorer.runtime.contract import ArtifactError
+
+    o = validate("blelloch", "cpu", **SMALL, outputs="all")
+    b = build_module(decompose(Recurrence.parse(LANE_READOUT)), o)
+    manifest = copy.deepcopy([dict(k.manifest(), args=b.args) for k in b.kernels])
+    parse_kernels(copy.deepcopy(manifest))
+    for k in manifest:
+        for a in k["args"]:
+            if a["name"] == "g" and a["role"] == "output":
+                a.pop("reset", None)
+    with pytest.raises(ArtifactError, match="no output added into"):
+        parse_kernels(manifest)
+
+
 def test_marshal_keeps_a_row_per_block_of_channels() -> None:
     """An input broadcast over trailing batch axes keeps its rows (no copy per channel); any
     other broadcast is laid out per channel, as before."""
