@@ -146,21 +146,15 @@ def lane_loop_threads_per_sm(elements: int) -> int:
     return LANE_LOOP_THREADS_PER_SM if elements <= 8 else LANE_LOOP_THREADS_PER_SM_16
 
 
-def _added_rows(gen: Gen) -> Value | None:
-    """The row divisor of the lane readouts the kernel adds into rows shared by channels
-    (None: it adds none)."""
-    return next((gen.row_div[r] for r in gen.io.readouts if r in gen.row_div
-                 and gen.form.output_is_lane(r)), None)
-
-
 def spread_rows(gen: Gen, c: Value) -> Value:
     """The channel of the ``c``-th block: ``c`` itself, unless the kernel adds lane readouts
     into rows shared by ``div`` consecutive channels; then consecutive blocks take channels of
     different rows (``(c % G) * div + c // G``, G = C / div rows: a permutation), so that the
-    blocks resident at once add into as many rows as there are, not all into one (the adds
-    of many blocks into one word wait on each other in the L2). H100, selective scan adjoint
-    at 8 x 1536 x 16 x 2^11 (B and C shared by a batch row's 1536 channels): 5.16 -> 4.45 ms."""
-    div = _added_rows(gen)
+    blocks resident at once add into as many rows as there are, not all into one. Measured on
+    an H100 (selective scan adjoint, 8 x 1536 x 16 x 2^11, B and C shared by the 1536 channels
+    of a batch row): see ``bench/grad_speed.py``."""
+    div = next((gen.row_div[r] for r in gen.io.readouts if r in gen.row_div
+                and gen.form.output_is_lane(r)), None)
     if div is None:
         return c
     rows = arith.divui(gen.C, div)
@@ -255,18 +249,9 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     aligned = (rows_aligned([gen.arrays[n] for n in lane_names], gen.L, begin, W)
                if direct and W > 1 and lane_names else None)
 
-    # where lane readouts are added into rows shared by channels, channel c takes its lanes
-    # from lane c % N on (in turn, wrapping): blocks resident at once add into different
-    # lanes' rows, not all into the same words
-    shift = arith.remui(c, gen.N) if _added_rows(gen) is not None else None
-
-    def actual(n: Value) -> Value:
-        """The lane the loop's ``n``-th iteration scans."""
-        return n if shift is None else arith.remui(add_i(n, shift), gen.N)
-
     # on the GPU the lane loop carries the rows of the lane inputs of the lane it loads
     # next, starting from the first lane's (the next lane's are one add away, not a multiply)
-    ins0 = streams(actual(ci(0)))[1] if th.gpu else []
+    ins0 = streams(ci(0))[1] if th.gpu else []
     rows0 = [q.row for q in ins0]
     nrows = len(rows0)
 
@@ -288,10 +273,9 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 p = add_i(mul_i(th.tid, ci(E)), ci(j))
                 shared_held += [memref.load(buf, [pad(p)]) for buf in shared]
 
-        def lane(m: Value, it: list[Value]) -> list[Value]:
+        def lane(n: Value, it: list[Value]) -> list[Value]:
             npref = len(it) - nrows - nsums
             pref, rows, sums = it[:npref], it[npref:npref + nrows], it[npref + nrows:]
-            n = actual(m)
             s = add_i(mul_i(c, gen.N), n)
             if rows:   # the lane's streams at the rows carried to it (no row computed here)
                 seq, ins = gen.seq(c, n, gen.scan_params), at_rows(rows)
@@ -322,12 +306,8 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
                 # while this lane is scanned, the next lane's tile (after the last lane, the
                 # first lane's next tile) is loaded; its rows follow this lane's by L (lane
                 # n + 1's row of an input is lane n's plus one), or are the first lane's
-                last_lane = arith.cmpi(arith.CmpIPredicate.eq, add_i(m, ci(1)), gen.N)
-                step = gen.L
-                if shift is not None:   # from lane N - 1 on to lane 0
-                    wrap = arith.cmpi(arith.CmpIPredicate.eq, add_i(n, ci(1)), gen.N)
-                    step = arith.select(wrap, arith.subi(gen.L, mul_i(gen.N, gen.L)), gen.L)
-                next_rows = [arith.select(last_lane, r0, add_i(r, step))
+                last_lane = arith.cmpi(arith.CmpIPredicate.eq, add_i(n, ci(1)), gen.N)
+                next_rows = [arith.select(last_lane, r0, add_i(r, gen.L))
                              for r, r0 in zip(rows, rows0, strict=True)]
                 b2 = arith.select(last_lane, add_i(t0, ci(T)), t0)
                 then = (at_rows(next_rows), b2, min_i(end, add_i(b2, ci(T))))
