@@ -145,9 +145,11 @@ class Problem:
     bytes_moved: int
 
     def __init__(self, device: str, target: str, compile_backend: str | None,
-                 records: Path | None = None, warp: bool = False, mamba: Any = None) -> None:
+                 records: Path | None = None, warp: bool = False, mamba: Any = None,
+                 lane_gradients: bool = False) -> None:
         self.device, self.target, self.compile_backend = device, target, compile_backend
         self.records = records
+        self.lane_gradients = lane_gradients
         self.warp = warp
         self.mamba = mamba
         self.peers: dict[str, Callable[[], Callable[[Any, Any], Any]]] = {}
@@ -157,7 +159,8 @@ class Problem:
         import explorer as ex
 
         if self.records is None:
-            return ex.compile(self.text, target=self.target, strategy="blelloch").torch()
+            return ex.compile(self.text, target=self.target, strategy="blelloch").torch(
+                lane_gradients=self.lane_gradients)
         return record_op(self.records, self.text)
 
     def inputs(self) -> dict[str, Any]:
@@ -246,11 +249,15 @@ class Problem:
 def record_op(records: Path, text: str) -> Any:
     """The torch op of ``text`` from the forward and adjoint records that ``--build`` wrote into
     ``records`` (its ``index.json``): no compiler needed."""
+    import explorer as ex
     from explorer.compiler import load_compiled
     from explorer.torch_op import torch_op
 
     fwd, adj = json.loads((records / "index.json").read_text())[text]
-    return torch_op(load_compiled(records / fwd), adjoint=load_compiled(records / adj))
+    adjoint = load_compiled(records / adj)
+    # records of --lane-gradients hold the adjoint with the lane gradients
+    lane = adjoint.recurrence.text != ex.grad(text).text
+    return torch_op(load_compiled(records / fwd), adjoint=adjoint, lane_gradients=lane)
 
 
 class AffineProblem(Problem):
@@ -601,8 +608,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def build(folder: Path, variant: str = "blelloch") -> None:
-    """Compile the forward and the adjoint of both recurrences for CUDA; write the records."""
+def build(folder: Path, variant: str = "blelloch", lane_gradients: bool = False) -> None:
+    """Compile the forward and the adjoint of both recurrences for CUDA; write the records
+    (``lane_gradients``: the adjoint of :func:`explorer.autodiff.grad` with them)."""
     import explorer as ex
 
     strategy, options = VARIANTS[variant]
@@ -611,7 +619,7 @@ def build(folder: Path, variant: str = "blelloch") -> None:
     for i, text in enumerate([AFFINE, ex.PRESETS["selective scan"]]):
         ex.compile(text, target="cuda", strategy=strategy, outputs="all", **options).dump(
             folder / f"{i}-fwd.json.gz")
-        ex.grad(text).compile(target="cuda", strategy=strategy, **options).dump(
+        ex.grad(text, lane_gradients).compile(target="cuda", strategy=strategy, **options).dump(
             folder / f"{i}-adj.json.gz")
         index[text] = [f"{i}-fwd.json.gz", f"{i}-adj.json.gz"]
     (folder / "index.json").write_text(json.dumps(index, indent=1))
@@ -640,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", choices=sorted(VARIANTS), default="blelloch",
                     help="with --build: the strategy and options of the compiles")
     ap.add_argument("--records", type=Path, help="run the ops compiled by --build")
+    ap.add_argument("--lane-gradients", action="store_true",
+                    help="the gradients of B and C as lane readouts of the adjoint (with "
+                         "--build, or compiling here; records say which they hold)")
     ap.add_argument("--mamba-src", type=Path,
                     help="a state-spaces/mamba checkout: build its CUDA selective scan "
                          "(forward and backward, float32, sm_90) and time its backward")
@@ -649,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list: time only these methods (e.g. ours,ours+compile)")
     args = ap.parse_args(argv)
     if args.build:
-        build(args.build, args.variant)
+        build(args.build, args.variant, args.lane_gradients)
         return 0
     try:
         import torch
@@ -675,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if cuda else "cpu"
     kw = {"device": device, "target": "cuda" if cuda else "cpu",
           "compile_backend": ("inductor" if args.compile else None) if cuda else "aot_eager",
-          "records": args.records, "warp": args.warp}
+          "records": args.records, "warp": args.warp, "lane_gradients": args.lane_gradients}
     affine = args.affine if args.affine is not None else (AFFINE_SIZES if cuda else DRY_AFFINE)
     selective = args.selective if args.selective is not None else (
         SELECTIVE_SIZES if cuda else DRY_SELECTIVE)
