@@ -127,27 +127,17 @@ def summed_readouts(rec: Recurrence, comps: Sequence[tuple[str, int]],
             continue
         if not rec.vector and len(terms) == 1 and terms[0][1] == 1:
             continue   # the gradient is lam itself
-        reads = {sym.name for _, e in terms for sym in e.free_symbols}
-        if any("[" in r and r not in past and r not in now for r in reads):
-            continue   # a state two or more steps back (``h[t-2]``): not an input here
-        new_prev = {past[r]: previous.get(past[r]) or namer(PREVIOUS.format(past[r]))
-                    for r in reads if r in past}
-        for r in reads:
-            if r in now and now[r] not in traj:
-                traj[now[r]] = namer(TRAJECTORY.format(now[r]))
-
-        def name_of(sym: str, new_prev: dict[str, str] = new_prev) -> str:
-            if sym in past:
-                return f"{new_prev[past[sym]]}{at}"
-            if sym in now:
-                return f"{traj[now[sym]]}{at}"
-            return ref(sym)
+        found = _state_inputs([e for _, e in terms], past, now, previous, traj, namer, ref, at)
+        if found is None:
+            continue
+        new_prev, new_traj, name_of = found
         try:
             body = " + ".join(f"{adjoint[comps[i]]}{at} * {wrap(spell(e, name_of), MUL)}"
                               for i, e in terms)
         except Unprintable:
             continue
         previous.update(new_prev)
+        traj.update(new_traj)
         summed[name] = namer(GRADIENT.format(name))
         lines.append(f"{summed[name]}[t] = sum({body})" if rec.vector else
                      f"{summed[name]}[t] = {body}")
@@ -182,20 +172,10 @@ def _lane_gradient(name: str, terms: list[tuple[int, sympy.Expr]],
     exprs = [e for _, e in terms] + [e for _, e in readout_terms]
     if any(e.has(LaneSum) for e in exprs):
         return None   # the derivative of a readout non-linear in a sum over n
-    reads = {sym.name for e in exprs for sym in e.free_symbols}
-    if any("[" in r and r not in past and r not in now for r in reads):
+    found = _state_inputs(exprs, past, now, previous, traj, namer, ref, "[t, n]")
+    if found is None:
         return None
-    new_prev = {past[r]: previous.get(past[r]) or namer(PREVIOUS.format(past[r]))
-                for r in reads if r in past}
-    new_traj = {now[r]: traj.get(now[r]) or namer(TRAJECTORY.format(now[r]))
-                for r in reads if r in now}
-
-    def name_of(sym: str) -> str:
-        if sym in past:
-            return f"{new_prev[past[sym]]}[t, n]"
-        if sym in now:
-            return f"{new_traj[now[sym]]}[t, n]"
-        return ref(sym)
+    new_prev, new_traj, name_of = found
     try:
         parts = [f"{adjoint[comps[i]]}[t, n] * {wrap(spell(e, name_of), MUL)}" for i, e in terms]
         parts += [f"{ref(cotangent[r])} * {wrap(spell(e, name_of), MUL)}"
@@ -206,3 +186,28 @@ def _lane_gradient(name: str, terms: list[tuple[int, sympy.Expr]],
     traj.update(new_traj)
     out = namer(LANE_GRADIENT.format(name))
     return out, f"{out}[t, n] = " + " + ".join(parts)
+
+
+def _state_inputs(exprs: Sequence[sympy.Expr], past: dict[str, str], now: dict[str, str],
+                  previous: dict[str, str], traj: dict[str, str], namer: Callable[..., str],
+                  ref: Callable[[str], str], at: str
+                  ) -> tuple[dict[str, str], dict[str, str], Callable[[str], str]] | None:
+    """The forward's states that ``exprs`` read as inputs of the adjoint: (state -> its past
+    ``fwd_<state>_prev``, state -> its trajectory ``fwd_<state>``, each named anew where not in
+    ``previous`` / ``traj`` yet, and the speller's name of a symbol, indexed ``at``); None
+    where they read a state two or more steps back (``h[t-2]``: not an input here)."""
+    reads = {sym.name for e in exprs for sym in e.free_symbols}
+    if any("[" in r and r not in past and r not in now for r in reads):
+        return None
+    new_prev = {past[r]: previous.get(past[r]) or namer(PREVIOUS.format(past[r]))
+                for r in reads if r in past}
+    new_traj = {now[r]: traj.get(now[r]) or namer(TRAJECTORY.format(now[r]))
+                for r in reads if r in now}
+
+    def name_of(sym: str) -> str:
+        if sym in past:
+            return f"{new_prev[past[sym]]}{at}"
+        if sym in now:
+            return f"{new_traj[now[sym]]}{at}"
+        return ref(sym)
+    return new_prev, new_traj, name_of
