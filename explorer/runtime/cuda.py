@@ -313,19 +313,23 @@ class CudaKernel:
             run.launch()
             out = run.result()
             out = out if isinstance(out, dict) else {self.output_names[0]: out}
-            from explorer.torch_arrays import sum_to
+        else:
+            if sums:
+                key = (*key, tuple(sorted((k, tuple(v)) for k, v in sums.items())))
+            plan = self._plans.get(key)
+            if plan is None:
+                require_gpu()
+                assert ptr is not None   # a key is made only with torch's stream
+                plan = build_plan(self, tensors, L, time_chunk, ptr, sums)
+                self._plans.put(key, plan)
+            out = run_plan(self, plan, tensors)
+        if not sums:
+            return out
+        # what the kernels did not sum (another path, a shape they cannot add into) is
+        # summed here: either way each lane readout comes back in the shape asked for
+        from explorer.torch_arrays import sum_to
 
-            return {k: (sum_to(v, sums[k]) if sums and k in sums else v)
-                    for k, v in out.items()}
-        if sums:
-            key = (*key, tuple(sorted((k, tuple(v)) for k, v in sums.items())))
-        plan = self._plans.get(key)
-        if plan is None:
-            require_gpu()
-            assert ptr is not None   # a key is made only with torch's stream
-            plan = build_plan(self, tensors, L, time_chunk, ptr, sums)
-            self._plans.put(key, plan)
-        return run_plan(self, plan, tensors)
+        return {k: (sum_to(v, sums[k]) if k in sums else v) for k, v in out.items()}
 
     def check(self, /, L: int | None = None, **arrays: Any) -> list[ArgSpec]:
         """Names, dtypes and shapes (on the host, no copy); the specs to marshal with."""
@@ -493,4 +497,3 @@ def run_artifact(path: str | os.PathLike[str] | Artifact, /, **arrays: Any) -> A
 
 __all__ = ["CudaKernel", "Launch", "gpu_available", "gpu_unavailable_reason", "require_gpu",
            "run_artifact", "array_kind", "check_array_dtype"]
-

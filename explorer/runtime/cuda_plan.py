@@ -176,7 +176,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
                 raise ValueError(f"{name} is not a lane readout: it cannot be summed over "
                                  "channels")
             # summed where the shape keeps leading axes of the batch and is one on the rest
-            # (else returned whole, for the caller to sum)
+            # (else returned whole: launch_torch sums it after)
             div = shared_rows(own, batch) if own and len(own) == len(batch) and C else None
             if div is not None:
                 row_div[name] = div

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from explorer.gradients import NUMPY  # noqa: E402
-from explorer.torch_arrays import TorchOps  # noqa: E402
+from explorer.torch_arrays import TorchOps, sum_to  # noqa: E402
 
 OPS = TorchOps()
 RNG = np.random.default_rng(0)
@@ -54,3 +54,15 @@ def test_dense_returns_a_tensor_of_its_own():
     np.testing.assert_array_equal(d.numpy(), np.broadcast_to(X[:, :, :1], X.shape))
     small = OPS.dense(torch.tensor(X[:, :, :1]), tuple(X.shape), like.double())
     np.testing.assert_array_equal(small.numpy(), np.broadcast_to(X[:, :, :1], X.shape))
+
+
+def test_sum_to_sums_what_the_kernels_did_not_and_leaves_the_rest():
+    """A lane readout summed to a batch shape: over the axes that shape holds as 1; one the
+    kernels summed already (ones there) comes back as it is, the same tensor."""
+    x = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    torch.testing.assert_close(sum_to(x, (2, 1)), x.sum(1, keepdim=True))
+    torch.testing.assert_close(sum_to(x, (1, 3)), x.sum(0, keepdim=True))
+    torch.testing.assert_close(sum_to(x, (1, 1)), x.sum((0, 1), keepdim=True))
+    summed = x.sum(1, keepdim=True)
+    assert sum_to(summed, (2, 1)) is summed
+    assert sum_to(x, (2, 3)) is x
