@@ -379,16 +379,15 @@ class Gen:
         last = self._last()
         return ([Stream(self.arrays[s], seq.state_base, last, None, end_first)
                  for s in self.io.states]
-                + [self._readout_stream(seq, r, last, end_first) for r in self.scan_readouts])
+                + [self.added_stream(r, seq.c, seq.n, end_first) if self.form.output_is_lane(r)
+                   else Stream(self.arrays[r], seq.readout_base, last, None, end_first)
+                   for r in self.scan_readouts])
 
-    def _readout_stream(self, seq: Seq, name: str, last: Value | None, end_first: bool
-                        ) -> Stream:
-        """Where a readout is written: a row per channel, or for a lane readout added into
-        its row per lane (``c // divisor`` of a row shared by channels)."""
-        if not self.form.output_is_lane(name):
-            return Stream(self.arrays[name], seq.readout_base, last, None, end_first)
-        return Stream(self.arrays[name], mul_i(self.lane_row(name, seq.c, seq.n), self.L),
-                      last, None, end_first, accumulate=True)
+    def added_stream(self, name: str, c: Value, n: Value, end_first: bool = False) -> Stream:
+        """The row of lane readout ``name`` that lane n of channel c adds into (``c //
+        divisor`` where channels share rows)."""
+        return Stream(self.arrays[name], mul_i(self.lane_row(name, c, n), self.L),
+                      self._last(), None, end_first, accumulate=True)
 
     def staged(self, name: str) -> bool:
         """Read at each position (a timed input, or a channel value): not a parameter."""

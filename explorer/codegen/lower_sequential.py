@@ -34,7 +34,7 @@ from explorer.codegen.emit import (
     lt_i,
     mul_i,
 )
-from explorer.codegen.gen import Gen, Seq, Stream, scan_io
+from explorer.codegen.gen import Gen, Seq, scan_io
 from explorer.codegen.hoist import split_channel
 from explorer.codegen.options import SHARED_LIMIT, Options
 from explorer.codegen.threads import WARP, Threads, for_loop, if_else, if_then, min_i
@@ -284,10 +284,8 @@ def sequential_block(gen: Gen, th: Threads, lay: SeqLayout, bid: Value, stage: V
                     for o, name in enumerate(gen.scan_outputs):
                         v = memref.load(stage, [where(warp, lay.out_buffer[o], r, col)])
                         if name in added:   # a lane readout: added into its row
-                            row = gen.lane_row(name, arith.divui(srow, gen.N),
-                                               arith.remui(srow, gen.N))
-                            Stream(gen.arrays[name], mul_i(row, gen.L), gen._last(),
-                                   accumulate=True).store(v, t)
+                            gen.added_stream(name, arith.divui(srow, gen.N),
+                                             arith.remui(srow, gen.N)).store(v, t)
                             continue
                         memref.store(v, gen.arrays[name], [gen.at(mul_i(srow, gen.L), t)])
                 if_then(ok, put)
