@@ -39,6 +39,7 @@ from mlir.ir import (
     MemRefType,
     Type,
     TypeAttr,
+    UnitAttr,
     Value,
     VectorType,
 )
@@ -74,6 +75,7 @@ def narrow_buffers(module_op: Any, args: Sequence[dict[str, Any]]) -> int:
             elem = element_type(dtype)
             arg.set_type(_retyped(arg.type, elem, f"argument {args[i]['name']!r}"))
             changed += _rewrite_uses(arg, elem, args[i]["name"])
+        _widen_after_branches(fn)
         # a gpu.func's block has its workgroup buffers after the parameters
         ftype = FunctionType(TypeAttr(fn.attributes["function_type"]).value)
         inputs = [a.type for a in block.arguments][:len(ftype.inputs)]
@@ -162,6 +164,99 @@ def _rewrite_uses(value: Value, elem: Type, name: str) -> int:
     return changed
 
 
+def _widen(narrow: Value) -> Value:
+    """A 16-bit vector as float32 (bf16 pairs from their words where they pair)."""
+    vt = VectorType(narrow.type)
+    v = vt.shape[0]
+    if isinstance(vt.element_type, BF16Type) and v % 2 == 0:
+        return _widen_bf16_pairs(narrow, v)
+    return arith.extf(VectorType.get([v], F32Type.get()), narrow)
+
+
+def _is_vector(t: Type) -> bool:
+    try:
+        VectorType(t)
+    except ValueError:
+        return False
+    return True
+
+
+def _narrow_vector(wide: Value) -> Value | None:
+    """The 16-bit vector that ``wide`` (a float32 vector) was widened from, or None."""
+    op = wide.owner
+    name = op.name
+    if name == "arith.extf" and _is_vector(op.operands[0].type):
+        return op.operands[0]
+    if name == "vector.shuffle" and WIDENED in op.attributes:
+        # shuffle(bitcast(shli(words, 16)), ...), words = bitcast(narrow)
+        words = op.operands[0].owner.operands[0].owner.operands[0]
+        return words.owner.operands[0]
+    return None
+
+
+def _narrow_elements(wide: Value) -> list[Value] | None:
+    """The 16-bit scalars that ``vector.from_elements`` of their float32 values built
+    ``wide`` from, or None."""
+    op = wide.owner
+    if op.name != "vector.from_elements":
+        return None
+    out = []
+    for x in op.operands:
+        src = x.owner
+        if src.name != "arith.extf" or _is_vector(src.operands[0].type):
+            return None
+        out.append(src.operands[0])
+    return out
+
+
+def _widen_after_branches(fn: Any) -> None:
+    """Where both branches of an ``scf.if`` give a float32 vector widened from 16-bit values
+    (the wide tile load and its element-by-element fallback), the ``scf.if`` gives the 16-bit
+    vector and it is widened after it. The widening then sits beside the code that follows
+    the branch instead of right after the load: a load issued ahead of its use (the next
+    lane's tile, loaded while a lane is scanned) is no longer waited for at once by the
+    widening of its values (the stall ncu showed on an H100 in the bf16 Mamba kernel: a
+    scoreboard wait on the load, at the first shift of its words, each lane)."""
+    ifs: list[Any] = []
+
+    def visit(op: Any) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+        if op.name == "scf.if" and len(op.regions[1].blocks) > 0:
+            ifs.append(op)
+    visit(fn)
+    for op in ifs:   # inner branches first: an outer one then sees their widening
+        then_yield = list(op.regions[0].blocks[0].operations)[-1]
+        else_yield = list(op.regions[1].blocks[0].operations)[-1]
+        for k, result in enumerate(op.results):
+            if not _is_vector(result.type):
+                continue
+            narrow = _narrow_vector(then_yield.operands[k])
+            scalars = _narrow_elements(else_yield.operands[k])
+            if narrow is None or scalars is None:
+                continue
+            ntype = narrow.type
+            if any(x.type != VectorType(ntype).element_type for x in scalars):
+                continue
+            with InsertionPoint(else_yield), else_yield.location:
+                built = vector.from_elements(ntype, scalars)
+            then_yield.operands[k] = narrow
+            else_yield.operands[k] = built
+            result.set_type(ntype)
+            before = [u.owner.operation for u in result.uses]
+            with InsertionPoint.after(op), op.location:
+                wide = _widen(result)
+            mine = [u.owner.operation for u in result.uses
+                    if u.owner.operation not in before]
+            result.replace_all_uses_except(wide, mine)
+
+
+#: marks the shuffle that widens bf16 pairs (:func:`_widen_bf16_pairs`)
+WIDENED = "scanweaver.widened"
+
+
 def _widen_bf16_pairs(narrow: Value, v: int) -> Value:
     """``vector<v x bf16>`` to f32, two elements per 32-bit word: a bfloat16 is the upper half
     of the float32 of the same value, so the word's low element is the word shifted left by 16
@@ -177,7 +272,9 @@ def _widen_bf16_pairs(narrow: Value, v: int) -> Value:
     high = vector.bitcast(VectorType.get([v // 2], f32),
                           arith.andi(words, splat(-65536)))   # 0xFFFF0000
     order = [k for j in range(v // 2) for k in (j, v // 2 + j)]
-    return vector.shuffle(low, high, order)
+    out = vector.shuffle(low, high, order)
+    out.owner.attributes[WIDENED] = UnitAttr.get()
+    return out
 
 
 def _halved(op: Any) -> Any:

@@ -100,6 +100,36 @@ def test_cuda_ir_and_ptx_show_16bit_buffers() -> None:
     assert "bf16" not in next(p.ir for p in f32.passes if p.name == "scan-lower")
 
 
+def test_wide_loads_branch_gives_16bit_vectors_widened_after_it() -> None:
+    """A tile's wide load and its element-by-element fallback give the 16-bit vector from
+    their branch; it is widened after the branch (where the code using it is), so a load
+    issued ahead of its use is not waited for at once by its widening."""
+    import re
+
+    for dtype, elem in (("bfloat16", "bf16"), ("float16", "f16")):
+        c = ex.compile(AFFINE, target="cuda", strategy="blelloch", dtype=dtype)
+        lowered = next(p.ir for p in c.passes if p.name == "scan-lower")
+        results = re.findall(r"scf\.if [^\n]*-> \(([^)]*)\)", lowered)
+        assert any(f"vector<8x{elem}>" in r for r in results), results
+        assert not any("vector<8xf32>" in r for r in results), results
+
+
+@pytest.mark.parametrize("L", [2999, 3000])
+def test_cpu_16bit_wide_loads_aligned_or_not(L: int) -> None:
+    """Rows of odd length are not aligned for the wide loads (the fallback branch), rows of
+    even length are (the wide branch, the last tile ragged): both widened after the branch."""
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.5, 1.0, (2, L)).astype(np.float32)
+    b = rng.standard_normal((2, L)).astype(np.float32)
+    c = ex.compile(AFFINE, target="cpu", strategy="blelloch", dtype="bfloat16",
+                   block_size=32, elements_per_thread=8, out_dtype="float32")
+    lowered = next(p.ir for p in c.passes if p.name == "scan-lower")
+    assert "-> (vector<8xbf16>" in lowered
+    ar, br = (from_storage(to_storage(n, x, "bfloat16"), "bfloat16")
+              for n, x in (("a", a), ("b", b)))
+    assert max_rel_error(c(a=a, b=b), affine_scan_f64(ar, br)) <= TOLERANCE
+
+
 # --- host rounding -----------------------------------------------------------------------------
 
 def test_bf16_rounding_is_nearest_even_as_torch_rounds() -> None:
