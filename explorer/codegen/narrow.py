@@ -251,6 +251,17 @@ def _widen_after_branches(fn: Any) -> None:
             mine = [u.owner.operation for u in result.uses
                     if u.owner.operation not in before]
             result.replace_all_uses_except(wide, mine)
+    _unmark(fn)
+
+
+def _unmark(op: Any) -> None:
+    """Drop the marks of :func:`_widen_bf16_pairs` (the IR shown carries none)."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                _unmark(inner.operation)
+    if WIDENED in op.attributes:
+        del op.attributes[WIDENED]
 
 
 #: marks the shuffle that widens bf16 pairs (:func:`_widen_bf16_pairs`)
