@@ -22,7 +22,9 @@ def lane_loop_split(form: Any, plan: Any) -> ChannelSplit | None:
     if plan.tree == "none" or plan.lane_sum is None or not plan.lane_sum.fused:
         return None
     io = scan_io(form, plan.stored, plan.lane_sum)
-    return split_channel(form, io.lane_terms, readouts=io.readouts)
+    # the lane-summed readouts' timed inputs (outside their sums) are staged with the rest, so
+    # that the tile's readouts read them from the stage
+    return split_channel(form, io.lane_terms, also=io.outer, readouts=io.readouts)
 
 
 def stage_counts(form: Any, options: Options, plan: Any) -> dict[str, int]:

@@ -182,6 +182,24 @@ def test_the_channel_values_of_the_presets() -> None:
     assert sorted(str(e) for _, e in own.values) == ["exp(g)", "tanh(u)"]
 
 
+def test_the_lane_loop_stages_the_timed_inputs_of_its_readouts() -> None:
+    """The readout's timed inputs outside its sum (x and z of the Mamba preset's y) are staged
+    per channel with the lanes' values, so the tile's readouts read them from the stage; the
+    kernels give the same y (the Mamba checks of this file)."""
+    from explorer.codegen.shared_layout import lane_loop_split, shared_arrays
+
+    form = decompose(Recurrence.parse(MAMBA))
+    o = validate("warp_shuffle", "cuda", block_size=32, elements_per_thread=16)
+    plan = choose_plan(form, o)
+    split = lane_loop_split(form, plan)
+    assert split is not None and split.channel_inputs == ("x", "z")
+    assert split.channel_raw == ("dt", "x", "z")
+    # a row of the tile each (the stage's size), beside the two channel values and the term
+    rows = shared_arrays(form, o, "scan", plan)
+    assert len(split.channel_staged) + len(split.terms) == 5
+    assert rows[-5:] == [rows[0]] * 5 and rows[0] >= o.tile
+
+
 @pytest.mark.parametrize("strategy", ["sequential", "blelloch"])
 def test_reverse_scan_with_a_lane_sum(strategy: str) -> None:
     check(SELECTIVE, strategy, 3, 4, 150, reverse=True)
