@@ -21,6 +21,10 @@ Methods, each timed with CUDA events after warm-up, L2 flushed before each repet
   forward alone (the backward's sources take minutes to build and are not needed here); nothing
   of it is kept in this repository.  ``--mamba-build`` names the build folder (reused);
 - ``selective_scan_ref``: mamba-ssm's pure-torch reference, imported from ``--mamba-src``;
+- ``torch associative_scan``: the same ``y`` in torch, the lanes' states by
+  ``torch._higher_order_ops.associative_scan`` (eager, ``combine_mode="generic"``) over the
+  (decay, input) pairs of every channel and lane, in float32 (up to ``--assoc-max-len`` steps:
+  it holds several B x D x N x L arrays);
 - ``copy``: a device-to-device copy of the bytes a fused forward must move at least: x, dt, z
   read and y written (batch x D x L each), B and C read (batch x N x L each).
 
@@ -222,6 +226,28 @@ def mamba_ref(src: Path) -> Callable[..., Any]:
     return mod.selective_scan_ref  # type: ignore[no-any-return]
 
 
+def _combine(x: Any, y: Any) -> Any:
+    """The affine combine, x earlier than y: (a_x a_y, a_y b_x + b_y)."""
+    return (x[0] * y[0], y[0] * x[1] + y[1])
+
+
+def torch_assoc_y(p: Problem) -> Any:
+    """``y`` of the preset through torch's ``associative_scan`` (eager, generic combine), in
+    float32, returned in the inputs' dtype."""
+    import torch
+    import torch.nn.functional as F
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    x, z = p.x.float(), p.z.float()
+    delta = F.softplus(p.dt.float() + p.dt_bias[:, None])               # (batch, D, L)
+    a = torch.exp(delta[:, :, None, :] * p.A[None, :, :, None])         # (batch, D, N, L)
+    b = (delta * x)[:, :, None, :] * p.B.float()                        # B: (batch, 1, N, L)
+    h = associative_scan(_combine, (a, b), dim=-1, combine_mode="generic")[1]
+    del a, b
+    y = (h * p.C.float()).sum(2) + p.Dskip[:, None] * x
+    return (y * z * torch.sigmoid(z)).to(p.x.dtype)
+
+
 # -- the problem ----------------------------------------------------------------------------------
 class Problem:
     """Inputs of one shape on the GPU, in Mamba's layout, and the float64 check."""
@@ -421,6 +447,14 @@ def _one_shape(shape: str, text: str, kernels: dict[str, Any], mamba: Any,
                           delta_bias=p.dt_bias, delta_softplus=True)
         record("selective_scan_ref", call_ref(), call_ref)
         del call_ref
+    if L <= args.assoc_max_len:
+        try:
+            record("torch associative_scan", torch_assoc_y(p), partial(torch_assoc_y, p))
+        except Exception as err:    # out of memory, or this torch has no associative_scan
+            row["methods"]["torch associative_scan"] = {"skipped": f"{type(err).__name__}: "
+                                                                  f"{str(err)[:200]}"}
+            print(f"  torch associative_scan: skipped ({type(err).__name__}: {str(err)[:200]})")
+        torch.cuda.empty_cache()
     base = row["methods"].get("mamba-ssm", {}).get("ms")
     if base:
         for m in row["methods"].values():
@@ -469,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ref", action="store_true", help="skip selective_scan_ref")
     ap.add_argument("--ref-max-len", type=int, default=8192,
                     help="longest L at which selective_scan_ref runs (it is slow)")
+    ap.add_argument("--assoc-max-len", type=int, default=2048,
+                    help="longest L at which torch's associative_scan runs (0: never; it holds "
+                         "several batch x D x N x L arrays)")
     ap.add_argument("--budget-ms", type=float, default=300.0)
     ap.add_argument("--dtype", choices=DTYPES, default="float32",
                     help="x, dt, z, B, C and y in this dtype (A, D, delta_bias, the state: "

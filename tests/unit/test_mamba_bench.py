@@ -111,3 +111,33 @@ def test_the_packed_batch_bench_builds_the_same_variants(tmp_path: Path) -> None
     with pytest.raises(SystemExit, match="unknown variant warp64"):
         varlen_speed.build(tmp_path, ("warp64",))
     assert not any(tmp_path.iterdir())
+
+
+def test_torch_associative_scan_baseline_matches_the_float64_reference() -> None:
+    """The benchmark's torch ``associative_scan`` baseline computes the preset's ``y`` (on the
+    CPU here, small: every batch row and channel against the recurrence's float64 reference)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    torch = pytest.importorskip("torch")
+    import explorer as ex
+
+    g = torch.Generator().manual_seed(0)
+    batch, D, N, L = 2, 3, 4, 37
+    p = SimpleNamespace(
+        x=torch.randn(batch, D, L, generator=g), dt=torch.randn(batch, D, L, generator=g) - 1,
+        z=torch.randn(batch, D, L, generator=g), B=torch.randn(batch, 1, N, L, generator=g),
+        C=torch.randn(batch, 1, N, L, generator=g), A=-torch.rand(D, N, generator=g) - 0.1,
+        Dskip=torch.randn(D, generator=g), dt_bias=0.1 * torch.randn(D, generator=g))
+    y = mamba_speed.torch_assoc_y(p)
+    assert y.shape == (batch, D, L) and y.dtype == torch.float32
+    text = ex.PRESETS["Mamba selective scan"]
+    for b in range(batch):
+        for d in range(D):
+            want = ex.reference(
+                text, x=p.x[b, d].double().numpy(), dt=p.dt[b, d].double().numpy(),
+                z=p.z[b, d].double().numpy(), B=p.B[b, 0].double().numpy(),
+                C=p.C[b, 0].double().numpy(), A=p.A[d].double().numpy(), D=float(p.Dskip[d]),
+                dt_bias=float(p.dt_bias[d]))["y"]
+            got = y[b, d].double().numpy()
+            assert np.max(np.abs(got - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
