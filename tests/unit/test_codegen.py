@@ -383,9 +383,10 @@ def test_ptxas_accepts(text: str, strategy: str) -> None:
     _few_spills(lowered.ptx, info["kernel"], info)
     if strategy == "blelloch":
         width = 2 if text != COMPANION else 6     # companion: 4 matrix entries + 2 of b
-        # Mamba: the channel's dt and x staged (B and C go straight from memory to the
-        # registers of the thread that uses them), a row of the tile for the lane terms
-        staged = {SCALAR: 2, MAMBA: 2, COMPANION: 3}[text]
+        # Mamba: the channel's dt, x (which the readout reads too) and dt * x staged (B and
+        # C go straight from memory to the registers of the thread that uses them), a row of
+        # the tile for the lane terms
+        staged = {SCALAR: 2, MAMBA: 3, COMPANION: 3}[text]
         terms = 1 if text == MAMBA else 0
         tile = o.tile + o.tile // 32                # one padding slot per 32
         # the buffers in order, each starting 16-byte aligned (the last one unpadded)
