@@ -365,7 +365,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
         # with the channel's (``split.channel_inputs``): read there, not from memory, they cost
         # no wait on memory a position (ncu, H100, bf16 Mamba kernel: a quarter of its stall
         # samples were those loads, each under its position's guard)
-        staged_at = {n: q for q, n in enumerate(split.channel_staged)}
+        staged_at = {n: q for q, n in enumerate(split.channel_staged) if n in split.channel_inputs}
 
         def write(tid: Value) -> None:
             for kk in range(E):
@@ -374,9 +374,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
 
                 def put(i: Value = i, t: Value = t) -> None:
                     def timed(name: str) -> Value:
-                        if name in staged_at and name in split.channel_inputs:
-                            return memref.load(shared[staged_at[name]], [pad(i)])
-                        return gen.value(cseq, name, t)
+                        return memref.load(shared[staged_at[name]], [pad(i)])
                     sums = [memref.load(buf, [pad(i)]) for buf in acc]
                     ys = gen.lane_readouts_at(cseq.params, sums, timed)
                     for name, y in zip(readouts, ys, strict=True):

@@ -42,6 +42,8 @@ from mlir.ir import (
     UnitAttr,
     Value,
     VectorType,
+    WalkOrder,
+    WalkResult,
 )
 
 from explorer.codegen.contract import KERNEL_PREFIX
@@ -219,14 +221,11 @@ def _widen_after_branches(fn: Any) -> None:
     scoreboard wait on the load, at the first shift of its words, each lane)."""
     ifs: list[Any] = []
 
-    def visit(op: Any) -> None:
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
+    def visit(op: Any) -> WalkResult:
         if op.name == "scf.if" and len(op.regions[1].blocks) > 0:
             ifs.append(op)
-    visit(fn)
+        return WalkResult.ADVANCE
+    fn.walk(visit, WalkOrder.POST_ORDER)
     for op in ifs:   # inner branches first: an outer one then sees their widening
         then_yield = list(op.regions[0].blocks[0].operations)[-1]
         else_yield = list(op.regions[1].blocks[0].operations)[-1]
@@ -254,14 +253,13 @@ def _widen_after_branches(fn: Any) -> None:
     _unmark(fn)
 
 
-def _unmark(op: Any) -> None:
+def _unmark(fn: Any) -> None:
     """Drop the marks of :func:`_widen_bf16_pairs` (the IR shown carries none)."""
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                _unmark(inner.operation)
-    if WIDENED in op.attributes:
-        del op.attributes[WIDENED]
+    def visit(op: Any) -> WalkResult:
+        if WIDENED in op.attributes:
+            del op.attributes[WIDENED]
+        return WalkResult.ADVANCE
+    fn.walk(visit, WalkOrder.POST_ORDER)
 
 
 #: marks the shuffle that widens bf16 pairs (:func:`_widen_bf16_pairs`)
