@@ -66,7 +66,7 @@ from explorer.runtime.cuda_modules import (  # noqa: F401 - device_machine is th
     call_sizes,
     device_machine,
 )
-from explorer.runtime.cuda_plan import PlanCache, build_plan, run_plan, signature
+from explorer.runtime.cuda_plan import PlanCache, build_plan, call_key, run_plan
 from explorer.runtime.dtypes import NARROW, narrow_result, storage
 from explorer.runtime.segments import (
     check_cu_seqlens,
@@ -214,6 +214,7 @@ class CudaKernel:
         #: the 16-bit inputs and outputs and their dtypes (see explorer.runtime.dtypes)
         self.narrow = {a.name: a.dtype for k in kernels for a in k.args if a.dtype in NARROW}
         self._plans = PlanCache()
+        self._want: dict[str, Any] | None = None
         #: a varlen compile: the kernels read segment marks, a call may pass ``cu_seqlens``
         self.varlen = any(a.role == "segments" for k in kernels for a in k.args)
         #: the compile stores last states (they start as a copy of the initial states)
@@ -299,13 +300,11 @@ class CudaKernel:
         not CUDA tensors of their arguments' dtypes on one device, packed calls and compiles
         storing last states take the path of :meth:`prepare` (and wait). ``sums``: lane
         readouts summed to a batch shape (:func:`explorer.runtime.cuda_plan.build_plan`)."""
-        import torch
+        if self._want is None:   # the torch dtype of each 16-bit argument
+            import torch
 
-        device = next((x.device for x in tensors.values()
-                       if isinstance(x, torch.Tensor) and x.is_cuda), None)
-        ptr = torch.cuda.current_stream(device).cuda_stream if device is not None else None
-        key = (signature(tensors, L, time_chunk, ptr, self.narrow) if ptr is not None
-               else None)
+            self._want = {n: getattr(torch, d) for n, d in self.narrow.items()}
+        key, ptr = call_key(tensors, L, time_chunk, self._want)
         if key is None or self.varlen or self.last_states:
             # packed compiles and last states bind more than a launch plan holds; float32
             # values for a 16-bit argument are rounded by prepare

@@ -18,19 +18,25 @@ the plan:
 - for each tensor, whether it is already in the kernels' canonical layout (contiguous, of its
   argument's dtype: float32, or a 16-bit argument's ``torch.bfloat16``/``torch.float16``;
   nothing broadcast, or one row per block of channels where the kernel takes a row divisor):
-  then its data pointer is passed as it is; otherwise it is broadcast and copied (``expand``,
-  ``contiguous``).
+  then its data pointer is passed as it is; otherwise a buffer of the plan takes its broadcast
+  (Mamba's ``A``, ``D`` and ``delta_bias``, given per channel of one batch row);
+- every launch's arguments, packed once for ``cuLaunchKernel`` (each is 8 bytes: a pointer or
+  an ``int64``): a call writes its pointers into them.
 
 A later call of the same signature does what safety still needs and nothing else: every
 tensor is a CUDA tensor on the plan's device (its dtype, shape and strides are the signature),
 the outputs are allocated (``torch.empty`` of the output's dtype, on torch's allocator and
-current stream), and the
-kernels are launched with the data pointers of the tensors.  Nothing waits for the GPU.
+current stream; zeroed where the kernels add into them), the broadcast tensors are copied into
+their buffers, and the kernels are launched with the data pointers.  Nothing waits for the
+GPU.  The host work of such a call is what a short sequence's whole call costs beyond its
+kernels (``bench/op_host.py`` and ``bench/mamba_speed.py`` measure it).
 
 The tensors' memory must stay alive until the kernels ran: they are torch tensors used on
 torch's current stream, whose caching allocator reuses freed memory in stream order.  A plan's
-workspaces are shared by the calls of that signature: calls on one stream run in order; a call
-on another stream has another signature (the stream is part of it), so its own workspaces.
+workspaces and buffers are shared by the calls of that signature: calls on one stream run in
+order (a call's copy into a buffer runs after the previous call's kernels read it, and calls
+from several threads take the plan's lock from their first copy to their last launch); a call
+on another stream has another signature (the stream is part of it), so its own plan.
 Plans are kept per kernel, the most recent :data:`MAX_PLANS` of them.
 """
 
@@ -45,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from explorer.runtime.cuda_device import _cupy, _external_stream
+from explorer.runtime.cuda_device import _cupy
 from explorer.runtime.shapes import ArgSpec, _full_shape, resolve, shared_rows
 
 if TYPE_CHECKING:
@@ -54,38 +60,65 @@ if TYPE_CHECKING:
 #: plans kept per kernel (least recently used dropped first)
 MAX_PLANS = 32
 
-_STREAMS: dict[int, Any] = {}
-_STREAMS_LOCK = threading.Lock()
-
-
-def cupy_stream(ptr: int) -> Any:
-    """The CuPy stream object for a raw stream pointer (made once per pointer)."""
-    hit = _STREAMS.get(ptr)
-    if hit is None:
-        with _STREAMS_LOCK:
-            hit = _STREAMS.get(ptr)
-            if hit is None:
-                hit = _external_stream(ptr)
-                _STREAMS[ptr] = hit
-    return hit
-
-
 @dataclass
 class _Layout:
-    """How one tensor reaches the kernels: as it is, or broadcast and copied."""
+    """How one tensor reaches the kernels: as it is, or broadcast into a buffer of the plan."""
 
     name: str
     direct: bool
-    #: broadcast to this shape (the batch axes the tensor lacks are leading ones, which
-    #: ``expand`` adds), then copied contiguous: the kernels' flat layout
+    #: broadcast to this shape (the batch axes the tensor lacks are leading ones), copied into
+    #: ``buffer``: the kernels' flat layout
     target: tuple[int, ...] = ()
+    #: the plan's buffer of shape ``target`` (allocated once, rewritten by every call, in
+    #: stream order: a call's copy runs after the previous call's kernels read it)
+    buffer: Any = None
 
-    def pointer(self, x: Any, keep: list[Any]) -> int:
+    def pointer(self, x: Any) -> int:
         if self.direct:
-            return x.data_ptr()
-        y = x.expand(self.target).contiguous()   # two torch calls a tensor: host time a call
-        keep.append(y)
-        return y.data_ptr()
+            return int(x.data_ptr())
+        self.buffer.copy_(x)   # broadcasts: one torch operation, no allocation
+        return int(self.buffer.data_ptr())
+
+
+@dataclass
+class _Step:
+    """One kernel launch of a plan, its arguments packed once for ``cuLaunchKernel``: every
+    argument is 8 bytes (a pointer or an ``int64``); a call writes the pointers of its tensors
+    into ``values`` and launches with ``params``, the array of their addresses."""
+
+    kernel: Any
+    #: the ``CUfunction`` of the kernel on the plan's device
+    function: int
+    grid: tuple[int, int, int]
+    #: the argument values (the fixed ones written at build time)
+    values: np.ndarray
+    #: the address of each value, the ``void**`` cuLaunchKernel reads
+    params: np.ndarray
+    #: (position, "in" | "out", index into the call's input or output pointers)
+    slots: list[tuple[int, str, int]]
+
+    @classmethod
+    def packed(cls, kernel: Any, function: Any, grid: tuple[int, int, int],
+               template: list[Any], slots: list[tuple[int, str, int]]) -> _Step:
+        values = np.array([0 if v is None else int(v) for v in template], dtype=np.int64)
+        params = (np.arange(len(values), dtype=np.uint64) * np.uint64(8)
+                  + np.uint64(values.ctypes.data))
+        # CuPy's RawKernel holds a Function per device (the current one's: the plan's)
+        handle = int(getattr(function, "kernel", function).ptr)
+        return cls(kernel, handle, grid, values, params, slots)
+
+    def launch(self, ins: list[int], outs: list[int], stream_ptr: int) -> None:
+        from cupy.cuda import driver
+
+        values = self.values
+        for pos, kind, i in self.slots:
+            values[pos] = ins[i] if kind == "in" else outs[i]
+        block = self.kernel.block
+        gx, gy, gz = self.grid
+        bx, by, bz = block
+        driver.launchKernel(self.function, gx, gy, gz, bx, by, bz,
+                            self.kernel.shared_bytes, stream_ptr,
+                            int(self.params.ctypes.data), 0)
 
 
 @dataclass
@@ -97,7 +130,8 @@ class LaunchPlan:
     L: int
     batch: tuple[int, ...]
     device: int
-    stream: Any
+    #: the raw CUDA stream the plan launches on (part of the call signature)
+    stream: int
     layouts: list[_Layout]
     #: output name -> (shape on the kernels' side, shape returned)
     outputs: dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
@@ -106,37 +140,62 @@ class LaunchPlan:
     tdevice: Any = None
     #: outputs the kernels add into (lane readouts): allocated zeroed
     added: set[str] = field(default_factory=set)
-    #: (kernel, function, grid, argument template, slots: position -> ("in"|"out", index))
-    steps: list[tuple[Any, Any, tuple[int, int, int], list[Any], list[tuple[int, str, int]]]] \
-        = field(default_factory=list)
+    steps: list[_Step] = field(default_factory=list)
     #: (pointer, bytes) of the workspaces zeroed before every launch
     reset: list[tuple[int, int]] = field(default_factory=list)
     #: device memory the plan owns (workspaces, zero initial states): kept alive with it
     owned: list[Any] = field(default_factory=list)
     poison: bool = False
+    #: held from the first copy to the last launch of a call: calls of one plan from several
+    #: threads enqueue their copies, resets and launches one call after the other
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def call_key(tensors: dict[str, Any], L: int | None, time_chunk: int | None,
+             want: Mapping[str, Any]) -> tuple[tuple[Any, ...] | None, int | None]:
+    """The signature of a call (None where it takes the checking path) and torch's current
+    stream on the first tensor's device (None when that is not a CUDA tensor)."""
+    import torch
+
+    first = next(iter(tensors.values()), None)
+    if not isinstance(first, torch.Tensor) or not first.is_cuda:
+        return None, None
+    ptr = _current_stream(first.get_device())
+    return signature(tensors, L, time_chunk, ptr, want, torch.float32), ptr
+
+
+def _current_stream(device: int) -> int:
+    """torch's current stream on ``device`` as its raw pointer (no Stream object made)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def signature(arrays: dict[str, Any], L: int | None, time_chunk: int | None,
-              stream_ptr: int, narrow: dict[str, str] | None = None) -> tuple[Any, ...] | None:
+              stream_ptr: int, want: Mapping[str, Any], default: Any
+              ) -> tuple[Any, ...] | None:
     """The cache key of a call, or None when a tensor is not a CUDA tensor of its argument's
-    dtype: float32, or for the 16-bit arguments ``narrow`` names (name -> ``bfloat16`` /
-    ``float16``) that dtype itself (the others take the checking path of ``prepare``, which
-    rounds, casts or refuses them)."""
+    dtype: ``want[name]`` (the 16-bit arguments' ``torch.bfloat16``/``torch.float16``), else
+    ``default`` (``torch.float32``); the others take the checking path of ``prepare``, which
+    rounds, casts or refuses them.  The tensors' shapes and strides as torch gives them
+    (``torch.Size`` compares and hashes as the tuple it is)."""
     import torch
 
     parts: list[Any] = [L, time_chunk, stream_ptr]
-    device = None
-    narrow = narrow or {}
+    device = -1
+    tensor = torch.Tensor
     for name in sorted(arrays):
         x = arrays[name]
-        want = getattr(torch, narrow[name]) if name in narrow else torch.float32
-        if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype != want:
+        if not isinstance(x, tensor) or x.dtype != want.get(name, default):
             return None
-        if device is None:
-            device = x.device.index
-        elif x.device.index != device:
+        d = x.get_device()   # -1: not on a CUDA device
+        if d < 0 or (device >= 0 and d != device):
             return None
-        parts.append((name, tuple(x.shape), x.stride()))
+        device = d
+        parts.append((name, x.shape, x.stride()))
     parts.append(device)
     return tuple(parts)
 
@@ -165,9 +224,12 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
     N = N if kernel.vector else 1   # as marshal: the lane axis of the kernels' side
     tdev = torch.device("cuda", device)
     with cp.cuda.Device(device):
-        stream = cupy_stream(stream_ptr)
-        plan = LaunchPlan(C=C, N=N, L=length, batch=batch, device=device, stream=stream,
+        plan = LaunchPlan(C=C, N=N, L=length, batch=batch, device=device, stream=stream_ptr,
                           layouts=layouts, outputs={}, poison=kernel.poison, tdevice=tdev)
+        for lay in layouts:
+            if not lay.direct:
+                lay.buffer = torch.empty(lay.target, dtype=arrays[lay.name].dtype, device=tdev)
+                plan.owned.append(lay.buffer)
         for name, info in kernel.output_args.items():
             inner = (C, N, length) if info.lane else (C, length)
             shown = (*batch, N, length) if info.lane else (*batch, length)
@@ -242,7 +304,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
                     func.max_dynamic_shared_size_bytes = k.shared_bytes
                 except Exception as err:
                     raise kernel._launch_error(k, grid, err) from err
-            plan.steps.append((k, func, grid, template, slots))
+            plan.steps.append(_Step.packed(k, func, grid, template, slots))
         plan.reset = [(workspaces[n].data_ptr(), workspaces[n].numel() * 4)
                       for n in reset_names]
     return plan
@@ -298,36 +360,33 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     import torch
 
     tdev = plan.tdevice
-    keep: list[Any] = []
-    ptrs = [lay.pointer(arrays[lay.name], keep) for lay in plan.layouts]
     outs = {}
     out_ptrs = []
+    zero: list[tuple[int, int]] = []
     for name, (inner, _) in plan.outputs.items():
         dtype = plan.out_dtypes[name]
-        # zeroed where the kernels add into it (a lane readout)
-        t = (torch.zeros(inner, dtype=dtype, device=tdev) if name in plan.added
-             else torch.full(inner, float("nan"), dtype=dtype, device=tdev) if plan.poison
+        t = (torch.full(inner, float("nan"), dtype=dtype, device=tdev)
+             if plan.poison and name not in plan.added
              else torch.empty(inner, dtype=dtype, device=tdev))
         outs[name] = t
         out_ptrs.append(t.data_ptr())
-    if plan.steps:
-        cp = _cupy()
-        current = cp.cuda.runtime.getDevice()
-        if current != plan.device:
-            cp.cuda.runtime.setDevice(plan.device)
-        try:
-            for ptr, nbytes in plan.reset:
-                cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream.ptr)
-            for k, func, grid, template, slots in plan.steps:
-                args = list(template)
-                for pos, kind, i in slots:
-                    args[pos] = np.int64(ptrs[i] if kind == "in" else out_ptrs[i])
+        if name in plan.added:   # the kernels add into it (a lane readout): zeroed below
+            zero.append((out_ptrs[-1], t.numel() * t.element_size()))
+    cp = _cupy()
+    current = cp.cuda.runtime.getDevice()
+    if current != plan.device:
+        cp.cuda.runtime.setDevice(plan.device)
+    try:
+        with plan.lock:
+            ptrs = [lay.pointer(arrays[lay.name]) for lay in plan.layouts]
+            for ptr, nbytes in (*zero, *plan.reset) if plan.steps else ():
+                cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)
+            for step in plan.steps:
                 try:
-                    func(grid, k.block, tuple(args), shared_mem=k.shared_bytes,
-                         stream=plan.stream)
+                    step.launch(ptrs, out_ptrs, plan.stream)
                 except Exception as err:
-                    raise kernel._launch_error(k, grid, err) from err
-        finally:
-            if current != plan.device:
-                cp.cuda.runtime.setDevice(current)
+                    raise kernel._launch_error(step.kernel, step.grid, err) from err
+    finally:
+        if current != plan.device:
+            cp.cuda.runtime.setDevice(current)
     return {name: outs[name].view(shown) for name, (_, shown) in plan.outputs.items()}

@@ -247,3 +247,80 @@ def test_softplus_and_sigmoid_far_past_the_range_of_exp(name: str) -> None:
     for o, v in got.items():
         assert np.all(np.isfinite(cp.asnumpy(v) if isinstance(v, cp.ndarray) else v)), o
     _check(name, kernel, got, want)
+
+
+def _torch_mamba(kernel: CudaKernel, seed: int) -> tuple[Any, dict[str, Any]]:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    arrays = _mamba_layout(kernel, 3, 7, 5, 300, seed=seed)
+    return torch, {k: torch.from_dlpack(v).clone() for k, v in arrays.items()}
+
+
+@pytest.mark.parametrize("name", [n for n in LANE_SUMS if n.startswith("mamba-selective-scan")
+                                  and not n.endswith("-all")])
+def test_torch_plan_reads_the_parameters_of_each_call(name: str) -> None:
+    """Torch calls of one signature share a launch plan, whose buffers take the parameters
+    given per channel of one batch row (A, D, dt_bias of (D, ...)), broadcast by every call:
+    a parameter changed in place, or through ``.data`` (which torch's version counter does
+    not see), is read anew, and each call's y (added into by the kernels) starts from zero:
+    as the checking path (CuPy arrays) on the same values."""
+    kernel = _kernel(name)
+    torch, t = _torch_mamba(kernel, seed=11)
+    params = [s.name for s in kernel.specs if not s.timed]
+    assert params, "the preset has parameters given per channel"
+
+    def checked() -> Any:
+        return kernel(**{k: cp.from_dlpack(v) for k, v in t.items()})
+
+    def same(x: Any, y: Any) -> None:
+        np.testing.assert_allclose(cp.asnumpy(cp.from_dlpack(x)), cp.asnumpy(y), rtol=1e-6,
+                                   atol=1e-6)
+
+    first = kernel(**t)
+    assert len(kernel._plans.plans) == 1
+    assert any(not lay.direct for lay in next(iter(kernel._plans.plans.values())).layouts)
+    same(first, checked())
+    for i, p in enumerate(params):
+        if i % 2:
+            t[p].data.mul_(0.5)
+        else:
+            t[p].mul_(0.5)
+        again = kernel(**t)
+        assert len(kernel._plans.plans) == 1
+        assert float((again - first).abs().max()) > 1e-3, p
+        same(again, checked())
+
+
+@pytest.mark.parametrize("name", ["mamba-selective-scan-warp_shuffle-fast"])
+def test_torch_plan_calls_from_threads(name: str) -> None:
+    """Threads calling one plan (the same signature and stream) with parameters of their own:
+    each gets its own answer (a call's copies and launches are enqueued together)."""
+    import threading
+
+    if name not in ARTIFACTS:
+        pytest.skip(f"no artifact {name}")
+    kernel = _kernel(name)
+    torch, base = _torch_mamba(kernel, seed=12)
+    scales = (0.25, 0.5, 0.75, 1.0)
+    timed = {s.name for s in kernel.specs if s.timed}
+    calls = [{k: (v if k in timed else v * s) for k, v in base.items()} for s in scales]
+    want = [cp.asnumpy(kernel(**{k: cp.from_dlpack(v) for k, v in c.items()})) for c in calls]
+    torch.cuda.synchronize()
+    got: list[list[Any]] = [[] for _ in scales]
+
+    def work(j: int) -> None:
+        for _ in range(25):
+            got[j].append(kernel(**calls[j]))
+
+    threads = [threading.Thread(target=work, args=(j,)) for j in range(len(scales))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    torch.cuda.synchronize()
+    assert len(kernel._plans.plans) == 1
+    for j, outs in enumerate(got):
+        assert len(outs) == 25
+        for y in outs:
+            np.testing.assert_allclose(y.cpu().numpy(), want[j], rtol=1e-6, atol=1e-6)
