@@ -94,15 +94,6 @@ DEFAULT_SHARED_LIMIT = 48 * 1024
 
 # --- the kernel ------------------------------------------------------------------------------
 
-def _all_cuda_tensors(arrays: dict[str, Any]) -> bool:
-    """Every array is a torch tensor on a CUDA device (torch imported only when one is)."""
-    if not all(type(v).__module__.startswith("torch") for v in arrays.values()):
-        return False
-    import torch
-
-    return all(isinstance(v, torch.Tensor) and v.is_cuda for v in arrays.values())
-
-
 @dataclass
 class Launch:
     """Everything one call needs, on the device: arguments bound, outputs allocated.
@@ -250,7 +241,8 @@ class CudaKernel:
         on torch's current stream, not waited for, as any torch operation; packed calls and
         compiles storing last states are checked and waited for there); other arrays are
         checked, marshalled, launched and waited for (:meth:`prepare`)."""
-        if arrays and _all_cuda_tensors(arrays):
+        if arrays and type(next(iter(arrays.values()))).__module__.startswith("torch"):
+            # torch tensors: a launch plan where they are CUDA tensors of the kernels' dtypes
             outs = self.launch_torch(L=L, **arrays)
             return next(iter(outs.values())) if len(outs) == 1 else outs
         run = self.prepare(L=L, **arrays)

@@ -74,10 +74,8 @@ class _Layout:
     buffer: Any = None
 
     def pointer(self, x: Any) -> int:
-        if self.direct:
-            return int(x.data_ptr())
-        self.buffer.copy_(x)   # broadcasts: one torch operation, no allocation
-        return int(self.buffer.data_ptr())
+        """The pointer the kernels get (the buffer's once the call copied into it)."""
+        return int(x.data_ptr()) if self.direct else int(self.buffer.data_ptr())
 
 
 @dataclass
@@ -149,15 +147,19 @@ class LaunchPlan:
     #: held from the first copy to the last launch of a call: calls of one plan from several
     #: threads enqueue their copies, resets and launches one call after the other
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: the layouts copied into buffers of the plan
+    copied: list[_Layout] = field(default_factory=list)
 
 
 def call_key(tensors: dict[str, Any], L: int | None, time_chunk: int | None,
              want: Mapping[str, Any]) -> tuple[tuple[Any, ...] | None, int | None]:
     """The signature of a call (None where it takes the checking path) and torch's current
     stream on the first tensor's device (None when that is not a CUDA tensor)."""
+    first = next(iter(tensors.values()), None)
+    if not type(first).__module__.startswith("torch"):   # torch imported only for its tensors
+        return None, None
     import torch
 
-    first = next(iter(tensors.values()), None)
     if not isinstance(first, torch.Tensor) or not first.is_cuda:
         return None, None
     ptr = _current_stream(first.get_device())
@@ -230,6 +232,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
             if not lay.direct:
                 lay.buffer = torch.empty(lay.target, dtype=arrays[lay.name].dtype, device=tdev)
                 plan.owned.append(lay.buffer)
+                plan.copied.append(lay)
         for name, info in kernel.output_args.items():
             inner = (C, N, length) if info.lane else (C, length)
             shown = (*batch, N, length) if info.lane else (*batch, length)
@@ -355,19 +358,20 @@ class PlanCache:
 
 
 def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> dict[str, Any]:
-    """Launch the kernels of a plan on these tensors; the outputs as torch tensors (batch
-    shape), enqueued on the plan's stream, not waited for."""
+    """Launch the kernels of a plan on these tensors; the outputs by name as torch tensors
+    (batch shape), enqueued on the plan's stream, not waited for."""
     import torch
 
     tdev = plan.tdevice
     outs = {}
     out_ptrs = []
     zero: list[tuple[int, int]] = []
-    for name, (inner, _) in plan.outputs.items():
+    for name, (_, shown) in plan.outputs.items():
         dtype = plan.out_dtypes[name]
-        t = (torch.full(inner, float("nan"), dtype=dtype, device=tdev)
+        # allocated in the shape returned: the same contiguous memory as the kernels' side
+        t = (torch.full(shown, float("nan"), dtype=dtype, device=tdev)
              if plan.poison and name not in plan.added
-             else torch.empty(inner, dtype=dtype, device=tdev))
+             else torch.empty(shown, dtype=dtype, device=tdev))
         outs[name] = t
         out_ptrs.append(t.data_ptr())
         if name in plan.added:   # the kernels add into it (a lane readout): zeroed below
@@ -378,6 +382,9 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
         cp.cuda.runtime.setDevice(plan.device)
     try:
         with plan.lock:
+            if plan.copied:   # the broadcast tensors into the plan's buffers, one torch call
+                _copy_all([lay.buffer for lay in plan.copied],
+                          [arrays[lay.name] for lay in plan.copied])
             ptrs = [lay.pointer(arrays[lay.name]) for lay in plan.layouts]
             for ptr, nbytes in (*zero, *plan.reset) if plan.steps else ():
                 cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)
@@ -389,4 +396,16 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     finally:
         if current != plan.device:
             cp.cuda.runtime.setDevice(current)
-    return {name: outs[name].view(shown) for name, (_, shown) in plan.outputs.items()}
+    return outs
+
+
+def _copy_all(dst: list[Any], src: list[Any]) -> None:
+    """``dst[i].copy_(src[i])`` (broadcasting) for every i, in one call where torch has it."""
+    import torch
+
+    many = getattr(torch, "_foreach_copy_", None)
+    if many is not None and len(dst) > 1:
+        many(dst, src)
+        return
+    for d, s_ in zip(dst, src, strict=True):
+        d.copy_(s_)
