@@ -382,9 +382,8 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
         cp.cuda.runtime.setDevice(plan.device)
     try:
         with plan.lock:
-            if plan.copied:   # the broadcast tensors into the plan's buffers, one torch call
-                _copy_all([lay.buffer for lay in plan.copied],
-                          [arrays[lay.name] for lay in plan.copied])
+            for lay in plan.copied:   # the broadcast tensors into the plan's buffers
+                lay.buffer.copy_(arrays[lay.name])
             ptrs = [lay.pointer(arrays[lay.name]) for lay in plan.layouts]
             for ptr, nbytes in (*zero, *plan.reset) if plan.steps else ():
                 cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)
@@ -397,15 +396,3 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
         if current != plan.device:
             cp.cuda.runtime.setDevice(current)
     return outs
-
-
-def _copy_all(dst: list[Any], src: list[Any]) -> None:
-    """``dst[i].copy_(src[i])`` (broadcasting) for every i, in one call where torch has it."""
-    import torch
-
-    many = getattr(torch, "_foreach_copy_", None)
-    if many is not None and len(dst) > 1:
-        many(dst, src)
-        return
-    for d, s_ in zip(dst, src, strict=True):
-        d.copy_(s_)
