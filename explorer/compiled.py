@@ -268,8 +268,11 @@ class _CpuRunner:
                     if s.name in arrays and s.name not in rec.inputs + rec.params]
         dtypes = {a.name: a.dtype for a in (c.contract[0].args if c.contract else ())}
         per_seq = {s.name: arrays.pop(s.name) for s in given_h0} if cu is not None else {}
+        # parameters given for the trailing batch axes alone are read where they are
+        modded = [a.name for a in (c.contract[0].args if c.contract else ())
+                  if a.role == "rowmod"]
         m = marshal(arg_specs(rec) + ([] if per_seq else given_h0), arrays, L=L,
-                    vector=rec.vector, dtypes=dtypes)
+                    vector=rec.vector, dtypes=dtypes, modded=modded)
         sequences = None
         if varlen:
             offsets = (sg.check_cu_seqlens(cu, m.L) if cu is not None
@@ -280,7 +283,7 @@ class _CpuRunner:
                 m.arrays[name] = sg.marshal_initial(name, value, offsets.shape[0] - 1,
                                                     m.batch, m.N, rec.vector)
         raw = run_cpu(c.final_module, c.contract, m.arrays, m.C, m.N, m.L,
-                      sequences=sequences or 1)
+                      sequences=sequences or 1, row_mod=m.row_mod)
         out = {}
         for name in c.outputs:
             if name in c.form.outputs:

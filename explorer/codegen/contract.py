@@ -196,6 +196,12 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
             if name in stored and name in added:
                 out.append({"name": name, "role": "rowmap", "timed": False, "lane": False,
                             "dtype": "int64"})
+        # a parameter may come with a row per channel of the trailing batch axes (Mamba's A,
+        # D and delta_bias, (D, ...) beside x of (batch, D, L)): channel c reads its row
+        # c % modulus, and the same tensor serves every batch row without a copy
+        for name in form.params:
+            out.append({"name": name, "role": "rowmod", "timed": False, "lane": False,
+                        "dtype": "int64"})
     if lane_sum is not None and not lane_sum.fused:
         # the readout kernel reads the states back: those not stored go through a workspace
         # of (C, N, L) floats (one float per (sequence, chunk of one step))

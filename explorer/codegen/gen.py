@@ -60,8 +60,7 @@ class ScanIO:
     outer: frozenset[str]
     #: readouts a readout kernel computes after the scan, reading the states back
     read_back: tuple[str, ...] = ()
-    #: states whose last state (``<state>_last``: after the last step of each sequence) is
-    #: stored, written once per sequence by the thread that computes it
+    #: states whose last state (``<state>_last``) is stored, once a sequence by its thread
     last: tuple[str, ...] = ()
 
     @property
@@ -71,8 +70,7 @@ class ScanIO:
 
 
 def scan_io(form: Any, stored: Sequence[str] | None = None, lane_sum: Any = None) -> ScanIO:
-    """:class:`ScanIO` of ``form`` for a plan storing ``stored`` (all outputs when None) with
-    the lane sum ``lane_sum`` (:class:`explorer.passes.plan.LaneSum` or None)."""
+    """:class:`ScanIO` of ``form`` storing ``stored`` (all when None), lane sum ``lane_sum``."""
     from explorer.passes.outputs import last_states
 
     rec = form.recurrence
@@ -236,6 +234,8 @@ class Gen:
         #: the inputs that may come with a row per block of channels, and the channels that
         #: share a row (arguments of the call), set when the arguments are bound
         self.row_div: dict[str, Value] = {}
+        #: the parameters' row counts (channel c reads row ``c % modulus``; call arguments)
+        self.row_mod: dict[str, Value] = {}
         self.lanes = set(form.recurrence.lane_names)
         self.timed = set(form.inputs)
         self.states = tuple(form.recurrence.states)
@@ -277,7 +277,8 @@ class Gen:
                        lane_row if name in self.lanes else c)
                 timed_base[name] = mul_i(row, self.L)
             elif name in self.arrays:
-                at = lane_row if name in self.lanes else c
+                row = arith.remui(c, self.row_mod[name]) if name in self.row_mod else c
+                at = add_i(mul_i(row, self.N), n) if name in self.lanes else row
                 with self.loc(name):
                     params[name] = memref.load(self.arrays[name], [at])
             else:

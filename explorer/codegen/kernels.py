@@ -18,11 +18,11 @@ Data layout (the kernel ABI): every array is a flat, contiguous buffer (float32;
 inputs and outputs of a 16-bit compile are bf16/f16, :mod:`~explorer.codegen.narrow`); inputs are
 ``(C, L)`` / ``(C, N, L)``, parameters ``(C,)`` / ``(C, N)``, initial states ``(C,)`` / ``(C, N)``,
 outputs ``(C, L)`` / ``(C, N, L)``; then ``C``, ``N``, ``L`` as int64; for a vector state, one
-int64 row divisor per input with the lane axis (``rowmap``: such an input may be given with a
-row per block of ``div`` channels, ``(C / div, N, L)``, channel c reading row ``c // div``: 1
-for a row per channel); then the workspaces and the int64 ``time_chunk`` (tree plans only). A
-sequence is one ``(channel c, lane n)`` pair, numbered ``s = c * N + n``.
-"""
+int64 row divisor per input with the lane axis (``rowmap``: rows ``(C / div, N, L)``, channel
+c reads row ``c // div``) and one int64 row modulus per parameter (``rowmod``: rows ``(mod,
+...)`` given for the trailing batch axes alone, channel c reads row ``c % mod``); then the
+workspaces and the int64 ``time_chunk`` (tree plans only). A sequence is one ``(channel c,
+lane n)`` pair, numbered ``s = c * N + n``."""
 
 from __future__ import annotations
 
@@ -85,13 +85,12 @@ from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
 from explorer.errors import CompileError, OptionError
 from explorer.frontend.names import SEGMENT_MARKS, TIME_CHUNK
 
-#: the int64 arguments (the rest are buffers)
-INT_ROLES = ("size", "rowmap")
+INT_ROLES = ("size", "rowmap", "rowmod")   #: the int64 arguments (the rest are buffers)
 
 
 def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
-                 Tc: Value | None, row_div: dict[str, Value], segments: bool = False
-                 ) -> dict[str, Value]:
+                 Tc: Value | None, row_div: dict[str, Value], segments: bool = False,
+                 row_mod: dict[str, Value] | None = None) -> dict[str, Value]:
     sizes = {}
     CN = mul_i(C, N)
     for a in args:
@@ -106,13 +105,14 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
             chunks = ceil_div(L, Tc if per_call and Tc is not None else ci(a["time_chunk"]))
             sizes[a["name"]] = mul_i(mul_i(CN, chunks), ci(a["per_chunk"]))
             continue
-        rows = CN if a["lane"] else C
-        div = row_div.get(a["name"]) if a["role"] in ("input", "output") else None
-        if div is not None:   # a row per block of channels
-            rows = mul_i(arith.divui(C, div), N) if a["lane"] else arith.divui(C, div)
+        rows = C   # channels: a row each, a row per block of them, a row per trailing one
+        if a["role"] in ("input", "output") and a["name"] in row_div:
+            rows = arith.divui(C, row_div[a["name"]])
+        if a["role"] == "param" and a["name"] in (row_mod or {}):
+            rows = (row_mod or {})[a["name"]]
+        rows = mul_i(rows, N) if a["lane"] else rows
         if segments and a["role"] in ("h0", "output") and not a["timed"]:
-            # a state per sequence of the packed batch: their number is the call's (at most
-            # L non-empty ones; the size only shapes the memref, nothing is bounds-checked)
+            # a state per packed sequence: at most L (it only shapes the memref, unchecked)
             rows = mul_i(rows, L)
         sizes[a["name"]] = mul_i(rows, L) if a["timed"] else rows
     return sizes
@@ -273,16 +273,17 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
           as_flat: Callable[[Value, Value], Value], plan: Any, locs: Locations) -> Gen:
     # sizes by role: an input may itself be called C (Mamba's readout matrix)
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
-    row_div = {a["name"]: to_index(v) for a, v in zip(args, values, strict=False)
-               if a["role"] == "rowmap"}
+    row_div, row_mod = ({a["name"]: to_index(v) for a, v in zip(args, values, strict=False)
+                         if a["role"] == role} for role in ("rowmap", "rowmod"))
     by_name = {a["name"]: v for a, v in zip(args, values, strict=False)
                if a["role"] not in INT_ROLES}
     C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
     Tc = to_index(size[TIME_CHUNK]) if TIME_CHUNK in size else None
-    sizes = _array_sizes(args, C, N, L, Tc, row_div, plan.segments)
+    sizes = _array_sizes(args, C, N, L, Tc, row_div, plan.segments, row_mod)
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
     gen = Gen(form, options, arrays, C, N, L, scan_io(form, plan.stored, plan.lane_sum))
     gen.row_div = row_div
+    gen.row_mod = row_mod
     gen.marks = arrays[SEGMENT_MARKS] if plan.segments else None
     gen.Tc = Tc
     gen.sweeps = plan.sweeps

@@ -28,10 +28,13 @@ DEFAULT_PTX = "kernel.ptx"
 #: ``segments``: a varlen compile's per-step marks of the packed sequences (float32, length L,
 #: see :mod:`explorer.runtime.segments`); an ``output`` that is not ``timed`` is a last state
 #: (one per sequence and channel)
-ROLES = ("input", "param", "h0", "output", "size", "workspace", "rowmap", "segments")
-#: the int64 arguments: the sizes, and a row divisor (``rowmap``) per input that may be laid
-#: out with a row per block of channels (channel c reads row ``c // divisor``; 1: a row each)
-INT_ROLES = ("size", "rowmap")
+ROLES = ("input", "param", "h0", "output", "size", "workspace", "rowmap", "rowmod",
+         "segments")
+#: the int64 arguments: the sizes, a row divisor (``rowmap``) per input that may be laid
+#: out with a row per block of channels (channel c reads row ``c // divisor``; 1: a row each),
+#: and a row modulus (``rowmod``) per parameter that may be given for the channels of the
+#: trailing batch axes alone (channel c reads row ``c % modulus``; C: a row each)
+INT_ROLES = ("size", "rowmap", "rowmod")
 ARG_DTYPES = ("float32", "bfloat16", "float16", "int64")
 #: the roles whose arrays may be 16-bit (the rest, parameters, initial states and workspaces,
 #: are float32; see :mod:`explorer.runtime.dtypes`)
@@ -274,9 +277,10 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
                                 f"{', '.join(SIZE_NAMES)}")
         if dtype != "int64":
             raise ArtifactError(f"{where}: size argument {name!r} must be int64")
-    elif role == "rowmap":
+    elif role in ("rowmap", "rowmod"):
         if dtype != "int64":
-            raise ArtifactError(f"{where}: row divisor {name!r} must be int64")
+            raise ArtifactError(f"{where}: row {'divisor' if role == 'rowmap' else 'modulus'} "
+                                f"{name!r} must be int64")
     elif dtype == "int64" or (dtype != "float32" and role not in NARROW_ROLES):
         raise ArtifactError(f"{where}: array argument {name!r} ({role}) must be float32"
                             + (" or 16-bit" if role in NARROW_ROLES else ""))
@@ -405,7 +409,7 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
     args = tuple(_parse_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args_raw))
     # an input may share its name with a state (h0, output) or a size (the selective scan's C)
     names = [(a.name, a.role if a.role in ("h0", "output", "size", "workspace", "rowmap",
-                                           "segments")
+                                           "rowmod", "segments")
               else "array") for a in args]
     dup = sorted({f"{n} ({r})" for n, r in names if names.count((n, r)) > 1})
     if dup:
@@ -431,10 +435,13 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
                 if v == TIME_CHUNK]
     timed = {a.name for a in args if a.role == "input" and a.timed}
     timed |= {a.name for a in args if a.role == "output" and a.reset}
+    params = {a.name for a in args if a.role == "param"}
     for a in args:
         if a.role == "rowmap" and a.name not in timed:
             raise ArtifactError(f"{where}: row divisor {a.name!r} names no timed input and no "
                                 "output added into")
+        if a.role == "rowmod" and a.name not in params:
+            raise ArtifactError(f"{where}: row modulus {a.name!r} names no parameter")
     if per_call and not any(a.role == "size" and a.name == TIME_CHUNK for a in args):
         raise ArtifactError(f"{where}: uses {TIME_CHUNK!r} per call but has no size argument "
                             f"{TIME_CHUNK!r}")

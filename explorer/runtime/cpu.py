@@ -114,11 +114,14 @@ def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, 
             arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
             entry: str | None = None, opt_level: int = 2, machine: Machine = CPU_MACHINE,
             time_chunk: int | None = None, row_div: Mapping[str, int] | None = None,
-            sequences: int = 1) -> dict[str, np.ndarray]:
+            sequences: int = 1, row_mod: Mapping[str, int] | None = None
+            ) -> dict[str, np.ndarray]:
     """Run the lowered host module's entry (which launches every kernel's grid in order) on
     the arrays; return the outputs by name. ``row_div``: for an input given with a row per
     block of channels (``(C / div, ...)``), the channels that share a row; for a lane readout,
-    the channels whose values are added into one row. ``sequences``: of
+    the channels whose values are added into one row; ``row_mod``: for a parameter given
+    with a row per channel of the trailing batch axes, its rows (a parameter not named has a
+    row per channel). ``sequences``: of
     a packed batch (a varlen compile's ``segment_marks`` among the arrays), the number of
     initial and last states per channel."""
     typed = _contract(kernels)
@@ -126,7 +129,8 @@ def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, 
     check_lanes(typed, N)
     engine, entry = _engine(final_module_text, entry, opt_level)
     sizes = size_values(args, C, N, L, machine, time_chunk)
-    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {}, sequences)
+    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {}, sequences,
+                                  row_mod or {})
     engine.invoke(entry, *packed)
     return outputs
 
@@ -135,14 +139,16 @@ def launch_cpu_kernels(final_module_text: str, kernels: Sequence[KernelInfo | Ma
                        arrays_by_name: Mapping[str, Any], C: int, N: int, L: int,
                        opt_level: int = 2, machine: Machine = CPU_MACHINE,
                        time_chunk: int | None = None, row_div: Mapping[str, int] | None = None,
-                       sequences: int = 1) -> dict[str, np.ndarray]:
+                       sequences: int = 1, row_mod: Mapping[str, int] | None = None
+                       ) -> dict[str, np.ndarray]:
     """Launch the host version of each kernel of the contract, in order, with the grid the GPU
     runtime would use (every kernel takes the full argument list; workspaces are shared)."""
     typed = _contract(kernels)
     args = typed[0].args
     check_lanes(typed, N)
     sizes = size_values(args, C, N, L, machine, time_chunk)
-    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {}, sequences)
+    keep, packed, outputs = _pack(args, arrays_by_name, sizes, row_div or {}, sequences,
+                                  row_mod or {})
     for k in typed:
         if k.args != args:
             raise ValueError(f"kernel {k.name} has an argument list of its own")
@@ -182,12 +188,25 @@ def _flat_descriptor(flat: np.ndarray) -> _FlatMemRef:
     return desc
 
 
+def _modulus(name: str, row_mod: Mapping[str, int], C: int) -> int:
+    mod = int(row_mod.get(name, C))
+    if C and (mod < 1 or C % mod):
+        raise ValueError(f"{name}: {mod} rows do not divide C={C}")
+    return max(mod, 1)
+
+
 def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
-          sizes: Mapping[str, int], row_div: Mapping[str, int], sequences: int = 1
+          sizes: Mapping[str, int], row_div: Mapping[str, int], sequences: int = 1,
+          row_mod: Mapping[str, int] | None = None
           ) -> tuple[list[Any], list[Any], dict[str, np.ndarray]]:
+    row_mod = row_mod or {}
     unknown = sorted(set(row_div) - {a.name for a in args if a.role == "rowmap"})
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: the kernels read no row divisor for them "
+                         "(give them a row per channel)")
+    unknown = sorted(set(row_mod) - {a.name for a in args if a.role == "rowmod"})
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: the kernels read no row modulus for them "
                          "(give them a row per channel)")
     keep: list[Any] = []        # arrays and descriptors alive until the call returns
     packed: list[Any] = []
@@ -195,16 +214,17 @@ def _pack(args: Sequence[ArgInfo], arrays_by_name: Mapping[str, Any],
     C, N, L = sizes["C"], sizes["N"], sizes["L"]
     for a in args:
         role, name = a.role, a.name
-        if role in ("size", "rowmap"):
+        if role in ("size", "rowmap", "rowmod"):
             value = ctypes.c_int64(int(sizes[name]) if role == "size" else
-                                   _divisor(name, row_div, C))
+                                   _divisor(name, row_div, C) if role == "rowmap" else
+                                   _modulus(name, row_mod, C))
             keep.append(value)
             packed.append(ctypes.pointer(value))
             continue
         shape = ((a.workspace_size(C, N, L, sizes),) if role == "workspace"
                  else (L,) if role == "segments"
                  else _shape(a, C // row_div.get(name, 1) if role == "input" or a.reset
-                             else C, N, L))
+                             else row_mod.get(name, C) if role == "param" else C, N, L))
         if role in ("h0", "output") and not a.timed:   # a state per packed sequence
             shape = (sequences, *shape)
         if role == "workspace":

@@ -363,9 +363,11 @@ class CudaKernel:
         cp = _cupy()
         # inputs the kernels may read with a row per block of channels: where they are
         shared = [a.name for a in self.artifact.kernels[0].args if a.role == "rowmap"]
+        # parameters the kernels may read with a row per channel of the trailing batch axes
+        modded = [a.name for a in self.artifact.kernels[0].args if a.role == "rowmod"]
         with _stream_ctx(stream):
             m = marshal(specs, device_arrays, xp=cp, dtype=cp.float32, L=L, vector=self.vector,
-                        shared=shared, dtypes=self.narrow)
+                        shared=shared, dtypes=self.narrow, modded=modded)
             C, N, L = m.C, m.N, m.L
             # a packed batch: its offsets checked, the marks the kernels read
             offsets = (check_cu_seqlens(cu_seqlens if cu_seqlens is not None else [0, L], L)
@@ -437,6 +439,8 @@ class CudaKernel:
                     args.append(workspaces[a.name])
                 elif a.role == "rowmap":
                     args.append(np.int64(m.row_div.get(a.name, 1)))
+                elif a.role == "rowmod":
+                    args.append(np.int64(m.row_mod.get(a.name, C)))
                 elif a.role == "segments":
                     args.append(marks)
                 else:

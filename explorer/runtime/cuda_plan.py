@@ -17,9 +17,10 @@ the plan:
   initial states not given (allocated once, read only), and which slot takes which tensor;
 - for each tensor, whether it is already in the kernels' canonical layout (contiguous, of its
   argument's dtype: float32, or a 16-bit argument's ``torch.bfloat16``/``torch.float16``;
-  nothing broadcast, or one row per block of channels where the kernel takes a row divisor):
-  then its data pointer is passed as it is; otherwise a buffer of the plan takes its broadcast
-  (Mamba's ``A``, ``D`` and ``delta_bias``, given per channel of one batch row);
+  nothing broadcast, or one row per block of channels where the kernel takes a row divisor,
+  or a parameter's row per channel of the trailing batch axes where it takes a row modulus:
+  Mamba's ``A``, ``D`` and ``delta_bias`` of ``(D, ...)``): then its data pointer is passed
+  as it is; otherwise a buffer of the plan takes its broadcast;
 - every launch's arguments, packed once for ``cuLaunchKernel`` (each is 8 bytes: a pointer or
   an ``int64``): a call writes its pointers into them.
 
@@ -52,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from explorer.runtime.cuda_device import _cupy
-from explorer.runtime.shapes import ArgSpec, _full_shape, resolve, shared_rows
+from explorer.runtime.shapes import ArgSpec, _full_shape, resolve, shared_rows, trailing_rows
 
 if TYPE_CHECKING:
     from explorer.runtime.cuda import CudaKernel
@@ -222,7 +223,8 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
     batch, N, length = resolve(specs, {n: _ShapeOnly(v) for n, v in arrays.items()}, L)
     C = math.prod(batch)
     shared = [a.name for a in kernel.artifact.kernels[0].args if a.role == "rowmap"]
-    layouts, row_div = _layouts(specs, arrays, batch, N, length, shared, C)
+    modded = [a.name for a in kernel.artifact.kernels[0].args if a.role == "rowmod"]
+    layouts, row_div, row_mod = _layouts(specs, arrays, batch, N, length, shared, C, modded)
     N = N if kernel.vector else 1   # as marshal: the lane axis of the kernels' side
     tdev = torch.device("cuda", device)
     with cp.cuda.Device(device):
@@ -299,6 +301,8 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
                     template.append(np.int64(workspaces[a.name].data_ptr()))
                 elif a.role == "rowmap":
                     template.append(np.int64(row_div.get(a.name, 1)))
+                elif a.role == "rowmod":
+                    template.append(np.int64(row_mod.get(a.name, C)))
                 else:
                     template.append(np.int64(values[a.name]))
             func = _module(kernel.artifact, k).get_function(k.name)
@@ -314,27 +318,35 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
 
 
 def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...], N: int,
-             length: int, shared: list[str], C: int) -> tuple[list[_Layout], dict[str, int]]:
+             length: int, shared: list[str], C: int, modded: list[str] | None = None
+             ) -> tuple[list[_Layout], dict[str, int], dict[str, int]]:
     """Per tensor given: passed as it is when already in the kernels' layout (the rule of
-    :func:`explorer.runtime.shapes.marshal`), else the broadcast that lays it out."""
+    :func:`explorer.runtime.shapes.marshal`), else the broadcast that lays it out; with the
+    row divisors and row moduli of the tensors read with fewer rows than channels."""
     out: list[_Layout] = []
     row_div: dict[str, int] = {}
+    row_mod: dict[str, int] = {}
     for s in specs:
         x = arrays[s.name]
         tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
         full = _full_shape(s, tuple(x.shape), batch)
         own = full[:len(batch)]
         div = shared_rows(own, batch) if s.name in shared and C > 0 else None
+        mod = (trailing_rows(own, batch) if s.name in (modded or ()) and C > 0 and div is None
+               else None)
         if div is not None and div > 1:
             row_div[s.name] = div
             target, flat = own + tail, (C // div, *tail)
+        elif mod is not None and mod < C:
+            row_mod[s.name] = mod
+            target, flat = own + tail, (mod, *tail)
         else:
             target, flat = batch + tail, (C, *tail)
         # as it is: contiguous and as many elements as the layout (nothing broadcast)
         direct = x.is_contiguous() and x.numel() == math.prod(flat) \
             and tuple(full[len(batch):]) == tail
         out.append(_Layout(s.name, direct, target))
-    return out, row_div
+    return out, row_div, row_mod
 
 
 class PlanCache:

@@ -9,7 +9,10 @@ An input shared by the channels of a block of leading batch axes (Mamba's ``B`` 
 ``(batch, 1, N, L)`` beside ``x`` of ``(batch, D, L)``) may be read where it is: :func:`marshal`
 given its name in ``shared`` lays it out with one row per such block, ``(C / div, ...)``, and
 says ``div``, the channels that share a row (``Marshalled.row_div``); channel ``c`` reads row
-``c // div``. Any other broadcast is laid out per channel.
+``c // div``. A parameter given for the trailing batch axes alone (Mamba's ``A`` of ``(D, N)``
+beside ``x`` of ``(batch, D, L)``) is read where it is the same way: named in ``modded`` it
+keeps its ``mod`` rows (``Marshalled.row_mod``), and channel ``c`` reads row ``c % mod``. Any
+other broadcast is laid out per channel.
 
 A parameter or an initial state may also be a number: a Python ``int``/``float``, a NumPy scalar
 or a 0-d array (``gamma=0.9``); it broadcasts over the batch and, for ``A[n]``, over the state
@@ -54,6 +57,8 @@ class Marshalled:
     arrays: dict[str, Any] = field(default_factory=dict)
     #: for an input laid out with fewer rows than channels: the channels that share a row
     row_div: dict[str, int] = field(default_factory=dict)
+    #: for a parameter laid out with a row per channel of the trailing batch axes: its rows
+    row_mod: dict[str, int] = field(default_factory=dict)
 
     def unflatten(self, out: Any, lane: bool) -> Any:
         """(C, N, L) or (C, L) -> batch + (N, L) or batch + (L,)."""
@@ -213,14 +218,29 @@ def shared_rows(own: tuple[int, ...], batch: tuple[int, ...]) -> int | None:
     return math.prod(batch[k:])
 
 
+def trailing_rows(own: tuple[int, ...], batch: tuple[int, ...]) -> int | None:
+    """The rows of an array of batch shape ``own`` (as many axes as ``batch``) that keeps a
+    block of trailing axes of ``batch`` and is broadcast over the rest (``(1, 1536)`` in
+    ``(8, 1536)``: 1536 rows, channel c reading row ``c % 1536``); None for any other
+    broadcast."""
+    k = len(batch)
+    while k > 0 and own[k - 1] == batch[k - 1]:
+        k -= 1
+    if any(n != 1 for n in own[:k]):
+        return None
+    return math.prod(batch[k:])
+
+
 def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
             dtype: Any = np.float32, L: int | None = None, vector: bool = False,
-            shared: Sequence[str] = (), dtypes: Mapping[str, str] | None = None
-            ) -> Marshalled:
+            shared: Sequence[str] = (), dtypes: Mapping[str, str] | None = None,
+            modded: Sequence[str] = ()) -> Marshalled:
     """Broadcast every array to the canonical contiguous layout of the kernels; an input named
     in ``shared`` and shared by blocks of channels keeps one row per block (its row divisor in
-    ``row_div``). ``dtypes``: the contract dtype of arrays that are not ``dtype`` (a 16-bit
-    input is rounded into its storage, :func:`explorer.runtime.dtypes.to_storage`)."""
+    ``row_div``), and a parameter named in ``modded`` given for the trailing batch axes alone
+    keeps its rows (their number in ``row_mod``). ``dtypes``: the contract dtype of arrays
+    that are not ``dtype`` (a 16-bit input is rounded into its storage,
+    :func:`explorer.runtime.dtypes.to_storage`)."""
     batch, N, length = resolve(specs, arrays, L)
     C = math.prod(batch)
     out = Marshalled(C, N if vector else 1, length, batch)
@@ -246,6 +266,13 @@ def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
             arr = xp.broadcast_to(arr, own + tail)
             out.arrays[s.name] = xp.ascontiguousarray(arr.reshape((rows, *tail)), dtype=kept)
             out.row_div[s.name] = div
+            continue
+        mod = trailing_rows(own, batch) if s.name in modded and C > 0 else None
+        if mod is not None and mod < C:
+            # a row per channel of the trailing batch axes, read as channel c % mod
+            arr = xp.broadcast_to(arr, own + tail)
+            out.arrays[s.name] = xp.ascontiguousarray(arr.reshape((mod, *tail)), dtype=kept)
+            out.row_mod[s.name] = mod
             continue
         full = xp.broadcast_to(arr, batch + tail)
         flat = (C, *tail)

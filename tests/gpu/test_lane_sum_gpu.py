@@ -257,16 +257,21 @@ def _torch_mamba(kernel: CudaKernel, seed: int) -> tuple[Any, dict[str, Any]]:
     return torch, {k: torch.from_dlpack(v).clone() for k, v in arrays.items()}
 
 
+@pytest.mark.parametrize("per_row", [False, True])
 @pytest.mark.parametrize("name", [n for n in LANE_SUMS if n.startswith("mamba-selective-scan")
                                   and not n.endswith("-all")])
-def test_torch_plan_reads_the_parameters_of_each_call(name: str) -> None:
-    """Torch calls of one signature share a launch plan, whose buffers take the parameters
-    given per channel of one batch row (A, D, dt_bias of (D, ...)), broadcast by every call:
-    a parameter changed in place, or through ``.data`` (which torch's version counter does
-    not see), is read anew, and each call's y (added into by the kernels) starts from zero:
-    as the checking path (CuPy arrays) on the same values."""
+def test_torch_plan_reads_the_parameters_of_each_call(name: str, per_row: bool) -> None:
+    """Torch calls of one signature share a launch plan. Parameters given per channel of the
+    trailing batch axes (A, D, dt_bias of (D, ...)) are read where they are (the kernels' row
+    modulus); a parameter given per batch row (``per_row``: dt_bias of (batch, 1)) is
+    broadcast into a buffer of the plan by every call. Either way a parameter changed in place,
+    or through ``.data`` (which torch's version counter does not see), is read anew, and each
+    call's y (added into by the kernels) starts from zero: as the checking path (CuPy arrays)
+    on the same values."""
     kernel = _kernel(name)
     torch, t = _torch_mamba(kernel, seed=11)
+    if per_row:
+        t["dt_bias"] = torch.linspace(-0.5, 0.5, 3, device=t["x"].device).reshape(3, 1)
     params = [s.name for s in kernel.specs if not s.timed]
     assert params, "the preset has parameters given per channel"
 
@@ -279,7 +284,9 @@ def test_torch_plan_reads_the_parameters_of_each_call(name: str) -> None:
 
     first = kernel(**t)
     assert len(kernel._plans.plans) == 1
-    assert any(not lay.direct for lay in next(iter(kernel._plans.plans.values())).layouts)
+    copied = {lay.name for lay in next(iter(kernel._plans.plans.values())).layouts
+              if not lay.direct}
+    assert copied == ({"dt_bias"} if per_row else set())
     same(first, checked())
     for i, p in enumerate(params):
         if i % 2:

@@ -202,12 +202,14 @@ def test_mamba_ir_sums_the_lanes_in_the_chunked_scan() -> None:
     assert [k.channels for k in built.kernels] == [None, None, "block"]
     assert "math.exp" in built.text
     lane = {a["name"]: a["lane"] for a in built.args
-            if a["role"] not in ("size", "workspace", "rowmap")}
+            if a["role"] not in ("size", "workspace", "rowmap", "rowmod")}
     assert lane == {"dt": False, "B": True, "x": False, "C": True, "A": True, "D": False,
                     "h0": True, "y": False}
-    # B and C may come with a row per block of channels: their divisors follow C, N, L
-    assert [(a["name"], a["role"]) for a in built.args[8:13]] == [
-        ("C", "size"), ("N", "size"), ("L", "size"), ("B", "rowmap"), ("C", "rowmap")]
+    # B and C may come with a row per block of channels: their divisors follow C, N, L; A and
+    # D with a row per channel of the trailing batch axes: their moduli follow
+    assert [(a["name"], a["role"]) for a in built.args[8:15]] == [
+        ("C", "size"), ("N", "size"), ("L", "size"), ("B", "rowmap"), ("C", "rowmap"),
+        ("A", "rowmod"), ("D", "rowmod")]
     every = build_module(form_of(MAMBA), validate("blelloch", "cuda", block_size=256,
                                                   outputs="all"))
     assert [a["name"] for a in every.args if a["role"] == "output"] == ["h", "y"]
