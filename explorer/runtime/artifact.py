@@ -257,10 +257,18 @@ def load_artifact(path: str | os.PathLike[str]) -> Artifact:
                     raise ArtifactError(f"{p}: kernels[{i}].ptx names {k.ptx!r} (kernel "
                                         f"{k.name!r}), which is missing")
                 ptx_text[k.ptx] = _read_text(fpath, PTX_LIMIT, f"kernels[{i}].ptx {k.ptx!r}")
-            if not re.search(rf"\.entry\s+{re.escape(k.name)}(?![A-Za-z0-9_$])",
-                             ptx_text[k.ptx]):
+            entry = re.search(rf"\.entry\s+{re.escape(k.name)}\s*\(([^)]*)\)",
+                              ptx_text[k.ptx])
+            if entry is None:
                 raise ArtifactError(f"{p / k.ptx}: no .entry {k.name!r} in the PTX "
                                     f"(kernels[{i}].name)")
+            # every argument is launched as 8 bytes (a pointer or an int64): the entry must take
+            # as many 64-bit parameters as the manifest lists, or the launch would shift them
+            params = re.findall(r"\.param\s+\.(\w+)", entry.group(1))
+            if len(params) != len(k.args) or any(t not in ("u64", "s64", "b64") for t in params):
+                raise ArtifactError(f"{p / k.ptx}: .entry {k.name!r} takes {len(params)} "
+                                    f"parameters ({', '.join(sorted(set(params))) or 'none'}); "
+                                    f"kernels[{i}].args lists {len(k.args)} of 64 bits")
         expect = content_hash(manifest, ptx_text)
         if expect != manifest["hash"]:
             raise ArtifactError(f"{p}: content hash mismatch (manifest {manifest['hash'][:12]}, "

@@ -27,7 +27,8 @@ PTX = """//
 .target sm_90
 .address_size 64
 .visible .entry scan_kernel(
-    .param .u64 p0
+    .param .u64 .ptr .align 1 p0, .param .u64 .ptr .align 1 p1, .param .u64 .ptr .align 1 p2,
+    .param .u64 .ptr .align 1 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6
 )
 {
     ret;
@@ -354,3 +355,15 @@ def test_per_call_manifest_errors(edit: Any, match: str) -> None:
     edit(m)
     with pytest.raises(ArtifactError, match=match):
         validate_manifest(m)
+
+
+@pytest.mark.parametrize("change", ["drop", "u32"])
+def test_entry_parameters_must_match_the_manifest(tmp_path: Path, change: str) -> None:
+    """Every argument is launched as 8 bytes: a PTX entry with a parameter fewer than the
+    manifest lists (the launch would shift the rest) or a 32-bit one is refused at load."""
+    ptx = (PTX.replace(", .param .u64 p6", "") if change == "drop"
+           else PTX.replace(".param .u64 p6", ".param .u32 p6"))
+    assert ptx != PTX
+    out = write_artifact(tmp_path / "art", ptx, _manifest())
+    with pytest.raises(ArtifactError, match="kernels\\[0\\].args lists 7 of 64 bits"):
+        load_artifact(out)
