@@ -252,7 +252,7 @@ def test_random_inputs_follow_the_kernel(tmp_path: Path) -> None:
     from explorer.bench.inputs import random_inputs
     from explorer.runtime.artifact import write_artifact
     from explorer.runtime.cuda import CudaKernel
-    from tests.unit.test_runtime_artifact import PTX, _manifest
+    from tests.unit.test_runtime_artifact import PTX, _manifest, ptx_entry
 
     def arg(name: str, role: str, timed: bool, lane: bool) -> dict[str, Any]:
         return {"name": name, "role": role, "timed": timed, "lane": lane}
@@ -262,7 +262,8 @@ def test_random_inputs_follow_the_kernel(tmp_path: Path) -> None:
     m["kernels"][0]["args"] = [arg("dt", "input", True, False), arg("B", "input", True, True),
                                arg("A", "param", False, True), arg("D", "param", False, False),
                                arg("h", "output", True, True)]
-    kernel = CudaKernel.from_artifact(write_artifact(tmp_path / "k", PTX, m))
+    kernel = CudaKernel.from_artifact(write_artifact(tmp_path / "k", ptx_entry("scan_kernel", 5),
+                                                     m))
     arrays = random_inputs(kernel, C=3, L=10, N=4, seed=1)
     assert {k: v.shape for k, v in arrays.items()} == {"dt": (3, 10), "B": (3, 4, 10),
                                                        "A": (3, 4), "D": (3,)}

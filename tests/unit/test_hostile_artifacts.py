@@ -27,7 +27,7 @@ from explorer.runtime.artifact import (
     validate_manifest,
     write_artifact,
 )
-from tests.unit.test_runtime_artifact import PTX, _manifest, _per_call
+from tests.unit.test_runtime_artifact import PTX, _manifest, _per_call, ptx_entry
 
 #: values of every JSON type (and a few edge cases) put in place of each field
 WRONG = [None, True, False, 0, -1, 2**70, 10**400, 1.5, float("nan"), "", "x", "../x",
@@ -105,7 +105,7 @@ def _ptx_for(m: dict[str, Any]) -> dict[str, str]:
     files: dict[str, str] = {}
     for k in m["kernels"]:
         name = k.get("ptx", "kernel.ptx")
-        files[name] = files.get(name, "") + PTX.replace("scan_kernel", k["name"])
+        files[name] = files.get(name, "") + ptx_entry(k["name"], len(k["args"]))
     return files
 
 

@@ -22,18 +22,16 @@ from explorer.runtime.artifact import (
 )
 from explorer.runtime.cuda import array_kind, check_array_dtype
 
-PTX = """//
-.version 7.8
-.target sm_90
-.address_size 64
-.visible .entry scan_kernel(
-    .param .u64 .ptr .align 1 p0, .param .u64 .ptr .align 1 p1, .param .u64 .ptr .align 1 p2,
-    .param .u64 .ptr .align 1 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6
-)
-{
-    ret;
-}
-"""
+
+def ptx_entry(name: str, params: int) -> str:
+    """A PTX module with one empty entry ``name`` of ``params`` 64-bit parameters."""
+    listed = ", ".join(f".param .u64 p{i}" for i in range(params))
+    return (f"//\n.version 7.8\n.target sm_90\n.address_size 64\n.visible .entry {name}(\n"
+            f"    {listed}\n)\n{{\n    ret;\n}}\n")
+
+
+#: the module of the manifest below (seven arguments)
+PTX = ptx_entry("scan_kernel", 7)
 
 
 def _manifest(**over: Any) -> dict[str, Any]:
