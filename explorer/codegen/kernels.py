@@ -89,8 +89,8 @@ INT_ROLES = ("size", "rowmap", "rowmod")   #: the int64 arguments (the rest are 
 
 
 def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
-                 Tc: Value | None, row_div: dict[str, Value], segments: bool = False,
-                 row_mod: dict[str, Value] | None = None) -> dict[str, Value]:
+                 Tc: Value | None, row_div: dict[str, Value], row_mod: dict[str, Value],
+                 segments: bool = False) -> dict[str, Value]:
     sizes = {}
     CN = mul_i(C, N)
     for a in args:
@@ -108,8 +108,8 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
         rows = C   # channels: a row each, a row per block of them, a row per trailing one
         if a["role"] in ("input", "output") and a["name"] in row_div:
             rows = arith.divui(C, row_div[a["name"]])
-        if a["role"] == "param" and a["name"] in (row_mod or {}):
-            rows = (row_mod or {})[a["name"]]
+        if a["role"] == "param" and a["name"] in row_mod:
+            rows = row_mod[a["name"]]
         rows = mul_i(rows, N) if a["lane"] else rows
         if segments and a["role"] in ("h0", "output") and not a["timed"]:
             # a state per packed sequence: at most L (it only shapes the memref, unchecked)
@@ -279,7 +279,7 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
                if a["role"] not in INT_ROLES}
     C, N, L = (to_index(size[k]) for k in ("C", "N", "L"))
     Tc = to_index(size[TIME_CHUNK]) if TIME_CHUNK in size else None
-    sizes = _array_sizes(args, C, N, L, Tc, row_div, plan.segments, row_mod)
+    sizes = _array_sizes(args, C, N, L, Tc, row_div, row_mod, plan.segments)
     arrays = {name: as_flat(by_name[name], n) for name, n in sizes.items()}
     gen = Gen(form, options, arrays, C, N, L, scan_io(form, plan.stored, plan.lane_sum))
     gen.row_div = row_div

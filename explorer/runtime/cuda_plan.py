@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from explorer.runtime.cuda_device import _cupy
-from explorer.runtime.shapes import ArgSpec, _full_shape, resolve, shared_rows, trailing_rows
+from explorer.runtime.shapes import ArgSpec, _full_shape, kept_rows, resolve, shared_rows
 
 if TYPE_CHECKING:
     from explorer.runtime.cuda import CudaKernel
@@ -75,8 +75,12 @@ class _Layout:
     buffer: Any = None
 
     def pointer(self, x: Any) -> int:
-        """The pointer the kernels get (the buffer's once the call copied into it)."""
-        return int(x.data_ptr()) if self.direct else int(self.buffer.data_ptr())
+        """The pointer the kernels get: the tensor's, or the buffer's once ``x`` is copied
+        into it (broadcast: one torch operation, no allocation)."""
+        if self.direct:
+            return int(x.data_ptr())
+        self.buffer.copy_(x)
+        return int(self.buffer.data_ptr())
 
 
 @dataclass
@@ -132,8 +136,8 @@ class LaunchPlan:
     #: the raw CUDA stream the plan launches on (part of the call signature)
     stream: int
     layouts: list[_Layout]
-    #: output name -> (shape on the kernels' side, shape returned)
-    outputs: dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
+    #: output name -> the shape returned (allocated so: the kernels' flat rows, contiguous)
+    outputs: dict[str, tuple[int, ...]]
     #: output name -> its torch dtype; and the torch device (made once, used every call)
     out_dtypes: dict[str, Any] = field(default_factory=dict)
     tdevice: Any = None
@@ -148,8 +152,6 @@ class LaunchPlan:
     #: held from the first copy to the last launch of a call: calls of one plan from several
     #: threads enqueue their copies, resets and launches one call after the other
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: the layouts copied into buffers of the plan
-    copied: list[_Layout] = field(default_factory=list)
 
 
 def call_key(tensors: dict[str, Any], L: int | None, time_chunk: int | None,
@@ -234,9 +236,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
             if not lay.direct:
                 lay.buffer = torch.empty(lay.target, dtype=arrays[lay.name].dtype, device=tdev)
                 plan.owned.append(lay.buffer)
-                plan.copied.append(lay)
         for name, info in kernel.output_args.items():
-            inner = (C, N, length) if info.lane else (C, length)
             shown = (*batch, N, length) if info.lane else (*batch, length)
             own = tuple(int(k) for k in (sums or {}).get(name, ()))
             if own and not info.reset:
@@ -247,8 +247,8 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
             div = shared_rows(own, batch) if own and len(own) == len(batch) and C else None
             if div is not None:
                 row_div[name] = div
-                inner, shown = (C // div, N, length), (*own, N, length)
-            plan.outputs[name] = (inner, shown)
+                shown = (*own, N, length)
+            plan.outputs[name] = shown
             plan.out_dtypes[name] = getattr(torch, kernel.narrow.get(name, "float32"))
             if info.reset:
                 plan.added.add(name)
@@ -331,17 +331,12 @@ def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...
         tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
         full = _full_shape(s, tuple(x.shape), batch)
         own = full[:len(batch)]
-        div = shared_rows(own, batch) if s.name in shared and C > 0 else None
-        mod = (trailing_rows(own, batch) if s.name in (modded or ()) and C > 0 and div is None
-               else None)
-        if div is not None and div > 1:
+        rows, div, mod = kept_rows(s.name, own, batch, shared, modded or ())
+        if div is not None:
             row_div[s.name] = div
-            target, flat = own + tail, (C // div, *tail)
-        elif mod is not None and mod < C:
+        if mod is not None:
             row_mod[s.name] = mod
-            target, flat = own + tail, (mod, *tail)
-        else:
-            target, flat = batch + tail, (C, *tail)
+        target, flat = (own if rows < C else batch) + tail, (rows, *tail)
         # as it is: contiguous and as many elements as the layout (nothing broadcast)
         direct = x.is_contiguous() and x.numel() == math.prod(flat) \
             and tuple(full[len(batch):]) == tail
@@ -378,7 +373,7 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     outs = {}
     out_ptrs = []
     zero: list[tuple[int, int]] = []
-    for name, (_, shown) in plan.outputs.items():
+    for name, shown in plan.outputs.items():
         dtype = plan.out_dtypes[name]
         # allocated in the shape returned: the same contiguous memory as the kernels' side
         t = (torch.full(shown, float("nan"), dtype=dtype, device=tdev)
@@ -394,8 +389,6 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
         cp.cuda.runtime.setDevice(plan.device)
     try:
         with plan.lock:
-            for lay in plan.copied:   # the broadcast tensors into the plan's buffers
-                lay.buffer.copy_(arrays[lay.name])
             ptrs = [lay.pointer(arrays[lay.name]) for lay in plan.layouts]
             for ptr, nbytes in (*zero, *plan.reset) if plan.steps else ():
                 cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)

@@ -231,6 +231,22 @@ def trailing_rows(own: tuple[int, ...], batch: tuple[int, ...]) -> int | None:
     return math.prod(batch[k:])
 
 
+def kept_rows(name: str, own: tuple[int, ...], batch: tuple[int, ...], shared: Sequence[str],
+              modded: Sequence[str]) -> tuple[int, int | None, int | None]:
+    """The rows the kernels read ``name`` (of batch shape ``own``) with: ``(rows, divisor,
+    modulus)``: a row per block of channels where it is ``shared`` by them (channel c reads
+    row ``c // divisor``), a row per channel of the trailing batch axes where it is ``modded``
+    and given for them alone (row ``c % modulus``), else a row per channel (both None)."""
+    C = math.prod(batch)
+    div = shared_rows(own, batch) if name in shared and C > 0 else None
+    if div is not None and div > 1:
+        return C // div, div, None
+    mod = trailing_rows(own, batch) if name in modded and C > 0 else None
+    if mod is not None and mod < C:
+        return mod, None, mod
+    return C, None, None
+
+
 def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
             dtype: Any = np.float32, L: int | None = None, vector: bool = False,
             shared: Sequence[str] = (), dtypes: Mapping[str, str] | None = None,
@@ -258,21 +274,16 @@ def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
         tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
         arr = arr.reshape(_full_shape(s, tuple(arr.shape), batch))
         own = tuple(arr.shape[:len(batch)])
-        div = shared_rows(own, batch) if s.name in shared and C > 0 else None
-        if div is not None and div > 1:
-            # one row per block of channels: the rows it has, where it is (no copy when it is
-            # contiguous float32 already)
-            rows = C // div
+        rows, div, mod = kept_rows(s.name, own, batch, shared, modded)
+        if rows < C:
+            # a row per block of channels, or per channel of the trailing batch axes: the rows
+            # it has, where it is (no copy when it is contiguous float32 already)
             arr = xp.broadcast_to(arr, own + tail)
             out.arrays[s.name] = xp.ascontiguousarray(arr.reshape((rows, *tail)), dtype=kept)
-            out.row_div[s.name] = div
-            continue
-        mod = trailing_rows(own, batch) if s.name in modded and C > 0 else None
-        if mod is not None and mod < C:
-            # a row per channel of the trailing batch axes, read as channel c % mod
-            arr = xp.broadcast_to(arr, own + tail)
-            out.arrays[s.name] = xp.ascontiguousarray(arr.reshape((mod, *tail)), dtype=kept)
-            out.row_mod[s.name] = mod
+            if div is not None:
+                out.row_div[s.name] = div
+            if mod is not None:
+                out.row_mod[s.name] = mod
             continue
         full = xp.broadcast_to(arr, batch + tail)
         flat = (C, *tail)
