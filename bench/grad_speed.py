@@ -17,15 +17,21 @@ backward of ``compile(text).torch()`` is compared with torch autograd through to
 - ``ours``: the op in eager mode as it runs by default (``fuse_backward="auto"``): the adjoint
   scan (our kernel, ``reverse=True``), then the gradient formulas, fused by inductor for a
   vector recurrence on the GPU from the second backward of a shape (the compile falls in the
-  timing's warm-up), eager torch operations for a scalar one;
+  timing's warm-up), for a scalar one traced once per shape and replayed from the second
+  backward (``"traced"``: the same torch operations without the formulas' Python);
 - ``ours-fused``: the same with the formulas traced once per shape and fused by inductor for
   every recurrence (``fuse_backward="always"``, :mod:`explorer.fused_backward`; the compile
   counts in the setup time);
+- ``ours-traced``: the formulas traced once per shape and replayed, for every recurrence
+  (``fuse_backward="traced"``);
 - ``ours-unfused``: the same with the gradient formulas as eager torch operations
   (``fuse_backward="never"``);
 - ``torch-assoc-eager``: autograd through ``associative_scan(combine_mode="generic")`` in eager;
-- ``accelerated-scan``: ``accelerated_scan.scalar.scan`` (Triton kernels, forward and backward);
-  with ``--warp`` also ``accelerated-scan-warp`` (its CUDA warp kernels, built on first import);
+- ``accelerated-scan``: ``accelerated_scan.scalar.scan`` (Triton kernels, forward and backward;
+  where the length is not a multiple of its block its kernels are launched as ``scan`` launches
+  them, with spare memory after the saved states, which its backward reads past:
+  :func:`_padded_scalar`); with ``--warp`` also ``accelerated-scan-warp`` (its CUDA warp
+  kernels, built on first import);
 - with ``--compile`` (slow to set up: inductor compiles each shape): ``ours+compile``, the same
   op inside ``torch.compile``, and ``torch-assoc``, ``torch-assoc-generic``: autograd through
   ``associative_scan`` under ``torch.compile``, ``combine_mode="pointwise"`` and ``"generic"``;
@@ -129,11 +135,60 @@ def _accelerated(kind: str) -> Callable[[Any, Any], Any]:
     except Exception as err:  # noqa: BLE001 - not installed, or its build failed
         raise Skip(f"accelerated_scan.{kind} not importable ({type(err).__name__}: "
                    f"{str(err)[:200]})") from None
+    padded = _padded_scalar() if kind == "scalar" else None
 
     def run(a: Any, b: Any) -> Any:
-        return scan(a.reshape(1, *a.shape), b.reshape(1, *b.shape)).reshape(a.shape)
+        a3, b3 = a.reshape(1, *a.shape), b.reshape(1, *b.shape)
+        if padded is not None and a.shape[-1] % SCALAR_BLOCK:
+            return padded.apply(a3, b3).reshape(a.shape)
+        return scan(a3, b3).reshape(a.shape)
 
     return run
+
+
+#: the block of accelerated-scan's Triton kernels (``BLOCK``, steps a program scans at once)
+SCALAR_BLOCK = 2048
+
+
+def _padded_scalar() -> Any:
+    """accelerated-scan's Triton forward and backward kernels, launched as its ``scan`` launches
+    them, with the saved states followed by :data:`SCALAR_BLOCK` spare floats.  Its backward
+    kernel (0.3.1) loads ``states[t - 1]`` masked by ``t > 0`` alone: where the length is not a
+    multiple of its block, the last sequence reads up to a block past the end of the states
+    (compute-sanitizer: "Invalid __global__ read" in ``backward_scan``), which faults when that
+    memory is not mapped (an illegal address that surfaced later in this benchmark, at 4096 x
+    1024 with every method in one process).  The loads past the end are masked out of its
+    results; the spare floats keep them inside an allocation.  None where the kernels are not
+    importable (the run then calls ``scan`` itself)."""
+    import torch
+
+    try:
+        from accelerated_scan.scalar import backward_scan, forward_scan
+    except ImportError:
+        return None
+
+    class PaddedScan(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, forget: Any, inputs: Any) -> Any:
+            B, C, T = forget.shape
+            spare = torch.empty(B * C * T + SCALAR_BLOCK, device=inputs.device,
+                                dtype=inputs.dtype)
+            states = spare[:B * C * T].view(B, C, T)
+            forward_scan[(B, C)](forget.contiguous(), inputs.contiguous(), states, seqlen=T,
+                                 enable_fp_fusion=False)
+            ctx.save_for_backward(forget, states)
+            return states
+
+        @staticmethod
+        def backward(ctx: Any, d_states: Any) -> Any:
+            forget, states = ctx.saved_tensors
+            B, C, T = forget.shape
+            d_forget, d_inputs = torch.empty_like(forget), torch.empty_like(states)
+            backward_scan[(B, C)](forget, states, d_states.contiguous(), d_inputs, d_forget,
+                                  seqlen=T, enable_fp_fusion=False)
+            return d_forget, d_inputs
+
+    return PaddedScan
 
 
 # -- the problems -------------------------------------------------------------------------------
@@ -222,7 +277,7 @@ class Problem:
             return lambda: backward_of(lambda xs: self.baseline_forward(xs, make()))
 
         methods = {"ours": ours("auto"), "ours-fused": ours("always"),
-                   "ours-unfused": ours("never"),
+                   "ours-traced": ours("traced"), "ours-unfused": ours("never"),
                    "ours+compile": ours_compiled}
         methods.update({name: baseline(scan) for name, scan in self.scans.items()})
         methods.update({name: peer(make) for name, make in self.peers.items()})

@@ -11,12 +11,23 @@ asked for and which output gradients are given) with ``make_fx`` (the aten opera
 adjoint scan as its registered custom operator ``scanweaver::bwd_<key>``), compiles the graph
 with ``torch.compile`` and runs it from then on.
 
+Traced backward: where the formulas are few (the affine scan's backward is the adjoint kernel
+and views of its outputs) fusing saves nothing, but running them still costs the host the
+Python of :func:`explorer.gradients.gradients` (the environment, the derivatives, the layouts:
+about 250 us a backward on an H100 machine, where the kernel takes 30 us).  ``"traced"`` traces
+the backward of a signature once as above (fake tensors: nothing runs while tracing) and then
+replays that graph of torch operations, the adjoint's node calling the operator's runner
+directly (no dispatch): the same operations, in the same order, without the Python that chose
+them.
+
 When (``RecurrenceOp.fuse_backward``): ``"auto"`` (the default) fuses the backwards of vector
 recurrences (a lane axis n: their formulas run over B x D x N x L tensors) on float32 CUDA
 tensors (the kernels' own; float64 runs the reference) from
 the second call of a signature (a training loop repeats its shapes; a backward run once would
-pay seconds of compilation to save milliseconds); ``"always"`` from the first call, for any
-recurrence on any device; ``"never"`` runs the eager formulas.  Measured in one run on an H100
+pay seconds of compilation to save milliseconds), and replays the traced backward of the other
+recurrences on those tensors from the second call; ``"always"`` fuses from the first call, for
+any recurrence on any device; ``"traced"`` replays from the first call, on any device;
+``"never"`` runs the eager formulas.  Measured in one run on an H100
 (``bench/grad_speed.py``, methods ``ours`` and ``ours-unfused``): the selective scan's backward
 1.90x faster at 8 x 1536 x 16 x 2^11 (20.4 -> 10.8 ms) and 1.34x at 2 x 512 x 16 x 2^10; the
 affine scan's (two elementwise operations around the adjoint, bound by host time) within 5%
@@ -44,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: the values of ``RecurrenceOp.fuse_backward``
-POLICIES = ("auto", "always", "never")
+POLICIES = ("auto", "always", "traced", "never")
 #: compiled signatures kept per operator (least recently used dropped)
 KEPT = 8
 
@@ -84,12 +95,16 @@ class FusedBackward:
         where the policy says so."""
         policy = self.op.fuse_backward
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]
-        auto = (self.op.specs.rec.vector
-                and all(t.device.type in self.auto_devices and t.dtype == torch.float32
-                        for t in tensors))
-        if policy == "never" or (policy == "auto" and not auto):
+        if policy == "auto":
+            if not all(t.device.type in self.auto_devices and t.dtype == torch.float32
+                       for t in tensors):
+                return self.op.gradients(arrays, states, cotangents, needed)
+            mode = "fused" if self.op.specs.rec.vector else "traced"
+        elif policy == "never":
             return self.op.gradients(arrays, states, cotangents, needed)
-        key = (tuple(arrays), tuple(states), tuple(cotangents), tuple(sorted(needed)),
+        else:
+            mode = "fused" if policy == "always" else "traced"
+        key = (mode, tuple(arrays), tuple(states), tuple(cotangents), tuple(sorted(needed)),
                tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in tensors))
         with self._lock:
             run = self._fused.get(key)
@@ -133,12 +148,18 @@ class FusedBackward:
 
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]
         start = time.perf_counter()
+        mode = key[0]
         try:
             # functional: the formulas' shifts write into views (out=), which the compilers
             # take only as functional operations (views stay views: as copies, inductor would
             # copy the saved states)
-            graph = make_fx(torch.func.functionalize(backward, remove="mutations"))(*tensors)
-            run = torch.compile(graph, backend=self.backend, dynamic=False, fullgraph=True)
+            functional = torch.func.functionalize(backward, remove="mutations")
+            if mode == "fused":
+                graph = make_fx(functional)(*tensors)
+                run = torch.compile(graph, backend=self.backend, dynamic=False, fullgraph=True)
+            else:
+                graph = make_fx(functional, tracing_mode="fake")(*tensors)
+                run = _direct_adjoint(graph, self.op)
             outs = run(*tensors)   # compiles now: a failure falls back here, not later
         except Exception as err:  # noqa: BLE001 - any failure keeps the eager formulas
             why = f"{type(err).__name__}: {err}".splitlines()[0][:300]
@@ -146,14 +167,50 @@ class FusedBackward:
                 if len(self._failed) > 64 * KEPT:
                     self._failed.clear()
                 self._failed[key] = why
-            warnings.warn(f"the fused backward of {self.op!r} could not be compiled for these "
+            what = "compiled" if mode == "fused" else "traced"
+            warnings.warn(f"the {mode} backward of {self.op!r} could not be {what} for these "
                           f"shapes ({why}); its gradients run as eager torch operations",
                           RuntimeWarning, stacklevel=4)
             return None
-        log.info("compiled the fused backward of %r for shapes %s in %.1f s", self.op,
+        log.info("%s the %s backward of %r for shapes %s in %.1f s",
+                 "compiled" if mode == "fused" else "traced", mode, self.op,
                  [tuple(t.shape) for t in tensors], time.perf_counter() - start)
         with self._lock:
             self._fused[key] = run
             while len(self._fused) > KEPT:
                 self._fused.popitem(last=False)
         return tuple(outs)
+
+
+def _direct_adjoint(graph: Any, op: RecurrenceOp) -> Any:
+    """``graph`` (traced by ``make_fx`` on fake tensors) with its calls of the operator's adjoint
+    (``scanweaver::bwd_<key>``) calling the adjoint's runner instead: what the custom operator
+    runs in eager mode, without its dispatch.  The operations after it were traced on the fake
+    implementation's outputs: each call checks that the runner's outputs have the shapes,
+    strides and dtypes those had (a view traced on other strides would read other elements),
+    and raises where they do not."""
+    target = op.adjoint_overload
+    runner = op.adjoint_runner
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and node.target is target:
+            val = node.meta.get("val")
+            vals = val if isinstance(val, (tuple, list)) else (val,)
+            node.target = _checked(runner, tuple(_layout(v) for v in vals))
+    graph.recompile()
+    return graph
+
+
+def _layout(t: Any) -> tuple[Any, ...] | None:
+    return None if t is None else (tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _checked(runner: Callable[..., Any], want: tuple[Any, ...]) -> Callable[..., Any]:
+    def adjoint(*args: Any) -> Any:
+        out = runner(*args)
+        outs = out if isinstance(out, tuple) else (out,)
+        got = tuple(_layout(o) for o in outs)
+        if got != want:
+            raise RuntimeError(f"the adjoint returned {got}, its trace had {want}")
+        return out
+
+    return adjoint

@@ -161,6 +161,8 @@ class RecurrenceOp:
             f"{NAMESPACE}::bwd_{key}", _function(adjoint), mutates_args=(),
             schema=self.adjoint_specs.schema())
         self.adjoint_op.register_fake(_function(adjoint.fake))
+        #: the adjoint's operator overload, as a traced backward calls it
+        self.adjoint_overload = getattr(getattr(torch.ops, NAMESPACE), f"bwd_{key}").default
         self.forward_op.register_autograd(self._backward, setup_context=self._setup)
         params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                   for n, _, _ in self.specs.args]

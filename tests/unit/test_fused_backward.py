@@ -1,8 +1,8 @@
-"""The torch operator's fused backward (:mod:`explorer.fused_backward`): traced once per
-signature and compiled, it must give the eager formulas' gradients, be taken only where its
-policy says, keep one compile per signature, and fall back to the eager formulas (with one
-warning) where it cannot be compiled. On the CPU the graphs compile with ``aot_eager`` (no code
-generation); the GPU tests compile them with inductor."""
+"""The torch operator's fused and traced backwards (:mod:`explorer.fused_backward`): traced once
+per signature (and compiled, or replayed), they must give the eager formulas' gradients, be
+taken only where the policy says, keep one graph per signature, and fall back to the eager
+formulas (with one warning) where they cannot be made. On the CPU the graphs compile with
+``aot_eager`` (no code generation); the GPU tests compile them with inductor."""
 
 from __future__ import annotations
 
@@ -79,6 +79,54 @@ def test_fused_gradients_match_the_eager_formulas(op_of: Any, text: str) -> None
         assert torch.equal(fused[k], again[k]), k
 
 
+@pytest.mark.parametrize("text", [SELECTIVE, AFFINE, ex.PRESETS["Mamba selective scan"]])
+def test_traced_gradients_are_the_eager_ones(op_of: Any, text: str) -> None:
+    """The replayed trace runs the eager formulas' operations in their order: the same bits,
+    with the adjoint called without its operator's dispatch."""
+    arrays, _ = _inputs(text)
+    op = op_of(text)
+    op.fuse_backward = "never"
+    eager = _grads(op, arrays)
+    op.fuse_backward = "traced"
+    traced = [_grads(op, arrays) for _ in range(2)]
+    assert op.fused.signatures == 1
+    (graph,) = op.fused._fused.values()
+    targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert op.adjoint_overload not in targets   # called directly
+    assert sum(getattr(t, "__name__", "") == "adjoint" for t in targets) >= 1
+    for run in traced:
+        assert set(run) == set(eager) == set(arrays)
+        for k in eager:
+            assert torch.equal(run[k], eager[k]), k
+
+
+def test_a_traced_adjoint_must_return_the_layout_it_was_traced_with(op_of: Any) -> None:
+    """The views after the adjoint were traced on its fake outputs: a runner returning other
+    strides is an error that keeps the eager formulas, not other elements read."""
+    op = op_of(AFFINE)
+    arrays, _ = _inputs(AFFINE)
+    op.fuse_backward = "never"
+    eager = _grads(op, arrays)
+    runner = op.adjoint_runner
+
+    def transposed(*args: Any) -> Any:
+        out = runner(*args)
+        outs = out if isinstance(out, tuple) else (out,)
+        moved = tuple(t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in outs)
+        return moved if isinstance(out, tuple) else moved[0]
+
+    op.fuse_backward = "traced"
+    op.adjoint_runner = transposed
+    try:
+        with pytest.warns(RuntimeWarning, match="could not be traced .*its trace had"):
+            got = _grads(op, arrays)
+    finally:
+        op.adjoint_runner = runner
+    assert op.fused.signatures == 0
+    for k in eager:
+        assert torch.equal(got[k], eager[k]), k
+
+
 def test_each_signature_compiles_once(op_of: Any) -> None:
     """Shapes, the gradients asked for and the output gradients given make a signature."""
     op = op_of(SELECTIVE)
@@ -111,12 +159,14 @@ def test_auto_fuses_vector_recurrences_on_its_devices_from_the_second_call(op_of
     assert op.fused.signatures == 0          # the first call of a signature runs eager
     _grads(op, arrays)
     assert op.fused.signatures == 1
-    scalar = op_of(AFFINE)                   # a scalar recurrence: auto leaves it eager
+    scalar = op_of(AFFINE)                   # a scalar recurrence: auto replays its trace
     scalar.fused.auto_devices = ("cpu",)
     affine, _ = _inputs(AFFINE)
-    for _ in range(3):
-        _grads(scalar, affine)
+    _grads(scalar, affine)
     assert scalar.fused.signatures == 0
+    for _ in range(2):
+        _grads(scalar, affine)
+    assert [k[0] for k in scalar.fused._fused] == ["traced"]
     wide = {k: v.astype(np.float64) for k, v in arrays.items()}   # float64 runs the reference
     for _ in range(2):
         _grads(op, wide)
@@ -141,7 +191,8 @@ def test_a_failed_compile_keeps_the_eager_formulas_and_warns_once(op_of: Any) ->
 
 
 @pytest.mark.parametrize(("value", "policy"), [("auto", "auto"), ("always", "always"),
-                                               ("never", "never"), (True, "always"),
+                                               ("traced", "traced"), ("never", "never"),
+                                               (True, "always"),
                                                (False, "never")])
 def test_policies(value: object, policy: str) -> None:
     assert check_policy(value) == policy
@@ -149,7 +200,8 @@ def test_policies(value: object, policy: str) -> None:
 
 @pytest.mark.parametrize("bad", ["sometimes", "AUTO", 1, None, ["auto"]])
 def test_unknown_policies_are_refused(bad: object) -> None:
-    with pytest.raises(ValueError, match="fuse_backward must be one of auto, always, never"):
+    with pytest.raises(ValueError,
+                       match="fuse_backward must be one of auto, always, traced, never"):
         check_policy(bad)
 
 
