@@ -46,15 +46,16 @@ A method whose setup (compiles included) outlasts ``--setup-limit`` seconds is s
 
 Only the backward is timed: the forward runs once, then ``torch.autograd.grad(..., retain_graph=
 True)`` is timed with CUDA events (warm-up, L2 flushed before each repetition, median), as
-:mod:`explorer.bench.timing` does for the forward; ``host`` is the median host time of one such call
-(enqueueing only), which bounds the backward when it exceeds the GPU time. Gradients are checked
-before anything is timed (every method against a float64 loop over a few channels; a method that
-fails is reported and not timed). Ratios are of one run on one GPU: ``baseline / ours`` (> 1: ours
-is faster) and ``copy / ours``, a device-to-device copy of the bytes a backward must move at least:
-the affine scan reads ``a``, the saved ``h`` and ``dL/dh`` and writes ``dL/da``, ``dL/db`` (20 bytes
-an element); the selective scan reads ``dt``, ``x``, ``B``, ``C``, ``dL/dy`` and writes their
-gradients (``A`` and ``D`` are small), with ``B`` and ``C`` shared by the channels as in Mamba's
-layout.
+:mod:`explorer.bench.timing` does for the forward, the methods taking turns in :data:`ROUNDS`
+rounds (the median is of all of a method's repetitions); ``host`` is the median host time of one
+such call (enqueueing only), which bounds the backward when it exceeds the GPU time. Gradients are
+checked before anything is timed (every method against a float64 loop over a few channels; a method
+that fails is reported and not timed). Ratios are of one run on one GPU: ``baseline / ours`` (> 1:
+ours is faster) and ``copy / ours``, a device-to-device copy of the bytes a backward must move at
+least: the affine scan reads ``a``, the saved ``h`` and ``dL/dh`` and writes ``dL/da``, ``dL/db``
+(20 bytes an element); the selective scan reads ``dt``, ``x``, ``B``, ``C``, ``dL/dy`` and writes
+their gradients (``A`` and ``D`` are small), with ``B`` and ``C`` shared by the channels as in
+Mamba's layout.
 
 ``--dry-run`` needs no GPU: small sizes on the CPU (``target="cpu"``, ``associative_scan`` in
 its generic eager mode), the same correctness checks, ``torch.compile`` with the ``aot_eager``
@@ -66,6 +67,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -83,6 +85,8 @@ DRY_AFFINE, DRY_SELECTIVE = ["8x300"], ["2x4x4x96"]
 #: max |g - g_float64| / max |g_float64| accepted before timing (a float64 loop over a few
 #: channels is the reference of every method, ours and the baseline alike)
 CHECK_TOL = 1e-3
+#: rounds in which every method is timed in turn (each with its share of --budget-ms)
+ROUNDS = 4
 
 
 def _combine(x: Any, y: Any) -> Any:
@@ -597,10 +601,18 @@ def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0,
         from explorer.bench.timing import Flusher, time_cuda
 
         flush = Flusher()
+        # the methods take turns, ROUNDS times: a drift of the machine's host speed over the
+        # run (these backwards are bound by their host time at short shapes) is shared by all
+        samples: dict[str, list[float]] = {name: [] for name in runs}
+        hosts: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(ROUNDS):
+            for name, run in runs.items():
+                samples[name] += time_cuda(run, flush=flush,
+                                           budget_ms=reps_budget_ms / ROUNDS).samples_ms
+                hosts[name].append(host_ms(run))
         for name, run in runs.items():
-            t = time_cuda(run, flush=flush, budget_ms=reps_budget_ms)
-            record["methods"][name]["ms"] = t.median_ms
-            record["methods"][name]["host_ms"] = host_ms(run)
+            record["methods"][name]["ms"] = statistics.median(samples[name])
+            record["methods"][name]["host_ms"] = statistics.median(hosts[name])
             record["methods"][name]["forward_host_ms"] = host_ms(forwards[name])
             if kernels and name.startswith("ours"):
                 try:
