@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
                     shape = (B, 1, N, L) if s.lane else (B, D, L)
                 else:
                     shape = (D, N) if s.lane else (D,)
-                t[s.name] = torch.rand(shape, device="cuda") * 0.2 - (s.name == "A")
+                t[s.name] = torch.rand(shape, device="cuda") * 0.2 - float(s.name == "A")
             out = kernel.launch_torch(**t)
             torch.cuda.synchronize()
             assert all(bool(torch.isfinite(v).all()) for v in out.values()), name
