@@ -105,7 +105,8 @@ class FusedBackward:
         else:
             mode = "fused" if policy == "always" else "traced"
         key = (mode, tuple(arrays), tuple(states), tuple(cotangents), tuple(sorted(needed)),
-               tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in tensors))
+               tuple((tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device)
+                     for t in tensors))
         with self._lock:
             run = self._fused.get(key)
             if run is not None:
@@ -196,8 +197,45 @@ def _direct_adjoint(graph: Any, op: RecurrenceOp) -> Any:
             val = node.meta.get("val")
             vals = val if isinstance(val, (tuple, list)) else (val,)
             node.target = _checked(runner, tuple(_layout(v) for v in vals))
+    _drop_identity_views(graph.graph)
     graph.recompile()
-    return graph
+    return graph.forward   # the module's call machinery (hooks) is not needed
+
+
+def _view_ops() -> frozenset[Any]:
+    aten = torch.ops.aten
+    return frozenset([aten.view.default, aten._unsafe_view.default, aten.select.int,
+                      aten.expand.default, aten.unsqueeze.default, aten.squeeze.dim,
+                      aten.squeeze.dims, aten.slice.Tensor, aten.alias.default,
+                      aten.permute.default])
+
+
+def _drop_identity_views(graph: Any) -> None:
+    """Views that give back the layout of a tensor they were taken from (through views only):
+    the canonical layout's reshapes around the adjoint (``(C, L)`` to ``(C, 1, L)`` and back)
+    are most of a scalar recurrence's traced backward, each a few microseconds of dispatch. A
+    view with the shape, strides and storage offset of one of its view ancestors reads the same
+    elements of the same storage: its uses take that ancestor."""
+    views = _view_ops()
+
+    def layout(node: Any) -> Any:
+        val = node.meta.get("val") if hasattr(node, "meta") else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        return (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in views:
+            continue
+        want = layout(node)
+        src = node.args[0]
+        while want is not None and src is not None:
+            if layout(src) == want:
+                node.replace_all_uses_with(src)
+                break
+            src = (src.args[0] if getattr(src, "op", None) == "call_function"
+                   and src.target in views else None)
+    graph.eliminate_dead_code()
 
 
 def _layout(t: Any) -> tuple[Any, ...] | None:

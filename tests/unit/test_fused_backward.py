@@ -90,14 +90,36 @@ def test_traced_gradients_are_the_eager_ones(op_of: Any, text: str) -> None:
     op.fuse_backward = "traced"
     traced = [_grads(op, arrays) for _ in range(2)]
     assert op.fused.signatures == 1
-    (graph,) = op.fused._fused.values()
-    targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    (run,) = op.fused._fused.values()
+    targets = [n.target for n in run.__self__.graph.nodes if n.op == "call_function"]
     assert op.adjoint_overload not in targets   # called directly
     assert sum(getattr(t, "__name__", "") == "adjoint" for t in targets) >= 1
+    if text == AFFINE:   # its reshapes to the canonical layout and back are all identities
+        assert {getattr(t, "__name__", "") for t in targets} == {"adjoint", "getitem"}
     for run in traced:
         assert set(run) == set(eager) == set(arrays)
         for k in eager:
             assert torch.equal(run[k], eager[k]), k
+
+
+def test_identity_views_are_dropped_and_others_kept() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from explorer.fused_backward import _drop_identity_views
+
+    def f(x: Any) -> Any:
+        same = x.view(4, 1, 6).select(1, 0)              # x's own layout
+        moved = x.view(2, 2, 6).permute(1, 0, 2)[1:]     # another layout: kept
+        return same * 2, moved.expand(1, 2, 6).unsqueeze(0) + 1   # expand to its own shape
+
+    x = torch.arange(24.0).view(4, 6)
+    graph = make_fx(f, tracing_mode="fake")(x)
+    before = len(graph.graph.nodes)
+    _drop_identity_views(graph.graph)
+    graph.recompile()
+    assert len(graph.graph.nodes) == before - 3   # view and select of x, the expand
+    for got, want in zip(graph(x), f(x), strict=True):
+        assert torch.equal(got, want)
 
 
 def test_a_traced_adjoint_must_return_the_layout_it_was_traced_with(op_of: Any) -> None:
