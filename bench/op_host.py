@@ -6,7 +6,10 @@ rounds) and one at a time with CUDA events (median).
     python bench/op_host.py --records .artifacts/grad            # GPU: numpy, sympy, cupy, torch
 
 Problems: the affine scan at 4096 x 1024 and the selective scan at 2 x 512 x 16 x 1024 (the
-small shapes of ``grad_speed.py``, where a call is bound by its host time).
+small shapes of ``grad_speed.py``, where a call is bound by its host time).  For the affine scan
+also the parts of its backward: with the eager formulas (``never``) and the traced ones
+(``traced``, :mod:`explorer.fused_backward`), the adjoint's runner alone, and the autograd
+engine's floor (a Python autograd function that hands its gradient back).
 """
 
 from __future__ import annotations
@@ -82,6 +85,31 @@ def run(records: Path) -> dict[str, Any]:
         "forward": timed("forward", lambda: op(a=a, b=b)),
         "backward": timed("backward", lambda: torch.autograd.grad(y, (a, b), g,
                                                                  retain_graph=True))}
+    # the backward's parts: each policy of its formulas, the adjoint's runner alone, and the
+    # autograd engine's floor (a Python autograd function that hands its gradient back)
+    before = op.fuse_backward
+    for policy in ("never", "traced"):
+        def backward(policy: str = policy) -> Any:
+            op.fuse_backward = policy
+            return torch.autograd.grad(y, (a, b), g, retain_graph=True)
+        report["affine 4096x1024"][f"backward {policy}"] = timed(policy[:9], backward)
+    op.fuse_backward = before
+    ad, yd = a.detach(), y.detach()
+    report["affine 4096x1024"]["adjoint runner"] = timed(
+        "adjoint", lambda: op.adjoint_runner(ad, g, yd, None))
+
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx: Any, gx: Any) -> Any:
+            return gx
+
+    z = Identity.apply(a)
+    report["affine 4096x1024"]["engine floor"] = timed(
+        "floor", lambda: torch.autograd.grad(z, (a,), g, retain_graph=True))
     op = op_of(texts[1])
     Bt, D, N, L = 2, 512, 16, 1024
     xs = {"dt": (torch.rand(Bt, D, L, device="cuda") * 0.1).requires_grad_(),

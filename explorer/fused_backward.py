@@ -13,12 +13,13 @@ with ``torch.compile`` and runs it from then on.
 
 Traced backward: where the formulas are few (the affine scan's backward is the adjoint kernel
 and views of its outputs) fusing saves nothing, but running them still costs the host the
-Python of :func:`explorer.gradients.gradients` (the environment, the derivatives, the layouts:
-about 250 us a backward on an H100 machine, where the kernel takes 30 us).  ``"traced"`` traces
-the backward of a signature once as above (fake tensors: nothing runs while tracing) and then
+Python of :func:`explorer.gradients.gradients` (the environment, the derivatives, the layouts)
+on every call.  ``"traced"`` traces the backward of a signature once as above (fake tensors:
+nothing runs while tracing), drops the views that give back a layout they were taken from, and
 replays that graph of torch operations, the adjoint's node calling the operator's runner
 directly (no dispatch): the same operations, in the same order, without the Python that chose
-them.
+them.  Measured on an H200 machine (README, *The traced backward*): the affine scan's backward
+at 4096 x 1024 took 446 us of host time a call with the eager formulas, 228 us traced.
 
 When (``RecurrenceOp.fuse_backward``): ``"auto"`` (the default) fuses the backwards of vector
 recurrences (a lane axis n: their formulas run over B x D x N x L tensors) on float32 CUDA

@@ -44,7 +44,8 @@ of the saved states) and returns ``dL/ddt`` and ``dL/dx`` summed over n as its r
 Fused backward: in eager mode the backward of a vector recurrence on float32 CUDA tensors
 runs, from the second call of the same shapes, as one graph traced from these formulas and
 compiled by ``torch.compile`` (:mod:`explorer.fused_backward`; ``fuse_backward=`` of
-:func:`torch_op`).
+:func:`torch_op`); that of a scalar recurrence as the same graph replayed unfused, the
+adjoint called directly (``"traced"``: the formulas' Python is what its host time was).
 
 Host time: CUDA calls go through :meth:`explorer.runtime.cuda.CudaKernel.launch_torch`, which
 keeps a launch plan per shapes and strides (:mod:`explorer.runtime.cuda_plan`), so a repeated
@@ -86,8 +87,9 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
     ``adjoint``: the compile of the adjoint recurrence to use (by default it is compiled on
     first use); a record read with :func:`explorer.compiler.load_compiled` lets a machine
     without MLIR run the backward on the GPU, as it runs the forward.  ``fuse_backward``:
-    when the eager backward runs its gradient formulas fused by ``torch.compile``
-    (:mod:`explorer.fused_backward`: ``"auto"``, the default, ``"always"`` or ``"never"``);
+    when the eager backward runs its gradient formulas fused by ``torch.compile`` or traced
+    (:mod:`explorer.fused_backward`: ``"auto"``, the default, ``"always"``, ``"traced"`` or
+    ``"never"``);
     None leaves the operator's setting as it is. ``lane_gradients``: the backward of
     :func:`explorer.autodiff.grad` with lane gradients (an operator of its own).
     """
