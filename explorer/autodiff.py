@@ -253,7 +253,7 @@ class Backward:
         (``read_offsets``: :attr:`BackwardNames.read_offsets`). On the GPU the Blelloch adjoint
         of a vector recurrence takes direct tiles unless ``tile_layout`` is given
         (:data:`DIRECT_ADJOINT`), of :data:`ADJOINT_TILE` threads and elements unless those are
-        given."""
+        given, and its parameters a row per channel unless ``param_rows`` is given."""
         from explorer.compiler import compile as _compile
         from explorer.errors import OptionError
 
@@ -269,6 +269,11 @@ class Backward:
             options["tile_layout"] = "direct"
             for k, v in ADJOINT_TILE.items():
                 options.setdefault(k, v)
+            if options.get("param_rows", "auto") == "auto":
+                # parameters per channel: the row modulus doubled this kernel's spills
+                # (ptxas, sm_90: 116 -> 252 bytes of spill stores; 2.12 ms at 8 x 1536 x 16 x
+                # 2^11 on an H100 before it, 3.52 ms after)
+                options["param_rows"] = "channel"
         return _compile(self.recurrence, target=target, strategy=strategy, reverse=True,
                         **options)
 

@@ -231,6 +231,7 @@ class RecurrenceOp:
         picks its own (:data:`explorer.autodiff.ADJOINT_TILE`)."""
         shared = {k: v for k, v in self.compiled.options.items()
                   if k not in ("strategy", "target", "reverse", "outputs", "read_offsets",
+                               "param_rows",
                                *ADJOINT_TILE)}
         return {**shared, **chosen_tile(self.compiled.options)}
 

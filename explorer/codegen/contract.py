@@ -199,9 +199,11 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
         # a parameter may come with a row per channel of the trailing batch axes (Mamba's A,
         # D and delta_bias, (D, ...) beside x of (batch, D, L)): channel c reads its row
         # c % modulus, and the same tensor serves every batch row without a copy
-        for name in form.params:
-            out.append({"name": name, "role": "rowmod", "timed": False, "lane": False,
-                        "dtype": "int64"})
+        # (unless the compile asks for a row per channel: ``param_rows="channel"``)
+        if options is None or options.param_rows != "channel":
+            for name in form.params:
+                out.append({"name": name, "role": "rowmod", "timed": False, "lane": False,
+                            "dtype": "int64"})
     if lane_sum is not None and not lane_sum.fused:
         # the readout kernel reads the states back: those not stored go through a workspace
         # of (C, N, L) floats (one float per (sequence, chunk of one step))

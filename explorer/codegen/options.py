@@ -41,6 +41,13 @@ FAST_MATH = ("contract", "fast", "none")
 #: loads and stores its own E consecutive positions from registers (no stage, no barrier for
 #: it); ``auto`` the plan's choice (:func:`explorer.passes.plan.tile_layout`)
 TILE_LAYOUTS = ("auto", "staged", "direct")
+#: how a vector recurrence's kernels read a parameter given for the trailing batch axes alone
+#: (Mamba's ``A (D, N)`` beside ``x (batch, D, L)``; ``param_rows=``): ``modulus`` where it is
+#: (a row modulus argument each: channel c reads row ``c % rows``), ``channel`` a row per
+#: channel (the runtime lays such a parameter out per channel first: a small copy a call,
+#: no remainder in the kernel), ``auto`` ``modulus`` (``Backward.compile`` gives the GPU
+#: Blelloch adjoint ``channel``: there the remainder doubled ptxas' spills)
+PARAM_ROWS = ("auto", "modulus", "channel")
 
 
 def layout_choice(target: str, strategy: str) -> bool:
@@ -139,6 +146,8 @@ class Options:
     #: where ``t + k`` is outside the sequence. ``Backward.compile`` reads the forward's
     #: arrays this way (``a_next`` is ``a`` at ``t + 1``) instead of shifted copies of them
     read_offsets: tuple[tuple[str, int], ...] = ()
+    #: one of PARAM_ROWS
+    param_rows: str = "auto"
 
     @property
     def vector_elements(self) -> int:
@@ -192,7 +201,8 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
              "reverse", "grid", "lookback_tiles", "lookback_elements", "outputs", "out_dtype",
-             "varlen", "vector_width", "fast_math", "tile_layout", "read_offsets"}
+             "varlen", "vector_width", "fast_math", "tile_layout", "read_offsets",
+             "param_rows"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -265,6 +275,10 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                           "GPU (target 'cuda', strategy blelloch, kogge_stone or "
                           "warp_shuffle); the CPU kernels and the sequential plan stage "
                           "their tiles")
+    param_rows = options.get("param_rows", defaults.param_rows)
+    if param_rows not in PARAM_ROWS:
+        raise OptionError(f"unknown param_rows {param_rows!r:.40}; choose one of "
+                          f"{', '.join(PARAM_ROWS)}")
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
@@ -272,7 +286,8 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                    outputs=outputs, out_dtype=out_dtype,
                    varlen=varlen, vector_width=vector_width, fast_math=fast_math,
                    tile_layout=tile_layout,
-                   read_offsets=_read_offsets(options.get("read_offsets", ())))
+                   read_offsets=_read_offsets(options.get("read_offsets", ())),
+                   param_rows=param_rows)
 
 
 #: the farthest in time an input may be read in place (``read_offsets``), either way

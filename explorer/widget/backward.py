@@ -90,6 +90,11 @@ class BackwardToggle:
                     "elements_per_thread": ex.elements_per_thread.value})}
                 ex.block_size.value = tile["block_size"]
                 ex.elements_per_thread.value = tile["elements_per_thread"]
+            # and its parameters a row per channel (no row modulus in its lane loop)
+            if (ex.target.value == "cuda" and ex.strategy.value in DIRECT_ADJOINT
+                    and backward.forward.vector and "param_rows" not in ex.kept_options):
+                ex.kept_options = {**ex.kept_options, "param_rows": "channel"}
+                ex.kept.value = _kept_html(ex.kept_options, "the backward")
             ex.text.value = backward.text
         return ex.recompile()
 

@@ -98,3 +98,31 @@ def test_a_row_modulus_must_name_a_parameter() -> None:
                       ({"name": "g", "role": "rowmod", "dtype": "float32"}, "must be int64")):
         with pytest.raises(ArtifactError, match=says):
             parse_kernels([dict(base, args=[*base["args"], bad])])
+
+
+def test_parameters_per_channel_when_asked() -> None:
+    """``param_rows="channel"``: no row modulus argument; the runtime lays the parameters out
+    per channel and the kernels read row c: the same y bit for bit."""
+    kept = ex.compile(MAMBA, target="cpu", strategy="blelloch", cache=False)
+    copied = ex.compile(MAMBA, target="cpu", strategy="blelloch", cache=False,
+                        param_rows="channel")
+    assert not [a for a in copied.contract[0].args if a.role == "rowmod"]
+    a = _mamba_inputs(2, 3, 4, 29)
+    assert np.array_equal(np.asarray(copied(**a)), np.asarray(kept(**a)))
+    with pytest.raises(ex.OptionError, match="param_rows"):
+        ex.compile(MAMBA, target="cpu", param_rows="rows")
+
+
+def test_the_gpu_adjoint_takes_its_parameters_per_channel() -> None:
+    """The GPU Blelloch adjoint of a vector recurrence reads its parameters a row per channel
+    (the row modulus doubled its spills), unless asked otherwise; its forward keeps them."""
+    pytest.importorskip("mlir")
+    bw = ex.grad(ex.PRESETS["selective scan"])
+    adj = bw.compile(target="cuda", strategy="blelloch")
+    assert adj.options["param_rows"] == "channel"
+    assert not [a for c in adj.contract for a in c.args if a.role == "rowmod"]
+    asked = bw.compile(target="cuda", strategy="blelloch", param_rows="modulus")
+    assert [a.name for c in asked.contract[:1] for a in c.args if a.role == "rowmod"]
+    fwd = ex.compile(ex.PRESETS["selective scan"], target="cuda", strategy="blelloch")
+    assert fwd.options["param_rows"] == "auto"
+    assert [a for a in fwd.contract[0].args if a.role == "rowmod"]

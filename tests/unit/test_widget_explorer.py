@@ -696,8 +696,11 @@ def test_the_backward_on_the_gpu_takes_the_adjoints_tiles() -> None:
     assert w.compiled.scan_plan.layout == want.scan_plan.layout == "direct"
     for k in ("block_size", "elements_per_thread"):
         assert w.compiled.options[k] == want.options[k] == ADJOINT_TILE[k], k
+    assert w.compiled.options["param_rows"] == want.options["param_rows"] == "channel"
+    assert w.compiled.key == want.key   # the same compile
     w.backward.button.value = False
     assert w.tile_layout.value == "auto" and w.compiled.recurrence.text == text
+    assert w.compiled.options["param_rows"] == "auto" and "param_rows" not in w.kept_options
     assert (w.block_size.value, w.elements_per_thread.value) == (128, 8)
     # a tile chosen in the controls is the adjoint's too, as one given to compile() is
     w.block_size.value = 256
