@@ -259,21 +259,16 @@ class Backward:
 
         if "reverse" in options:
             raise OptionError("the adjoint scan always runs backwards in time (reverse=True)")
-        # its states (the adjoints) and its readouts (the gradients summed over n) are read
         options.setdefault("outputs", "all")
-        # the forward's arrays at t + 1 and t - 1 are read in place, not copied shifted
         if self.names.read_offsets:
             options.setdefault("read_offsets", self.names.read_offsets)
-        if (target == "cuda" and strategy in DIRECT_ADJOINT and self.forward.vector
-                and options.get("tile_layout", "auto") == "auto"):
+        lanes_on_gpu = target == "cuda" and strategy in DIRECT_ADJOINT and self.forward.vector
+        if lanes_on_gpu and options.get("tile_layout", "auto") == "auto":
             options["tile_layout"] = "direct"
             for k, v in ADJOINT_TILE.items():
                 options.setdefault(k, v)
-            if options.get("param_rows", "auto") == "auto":
-                # parameters per channel: the row modulus doubled this kernel's spills
-                # (ptxas, sm_90: 116 -> 252 bytes of spill stores; 2.12 ms at 8 x 1536 x 16 x
-                # 2^11 on an H100 before it, 3.52 ms after)
-                options["param_rows"] = "channel"
+        if lanes_on_gpu and options.get("param_rows", "auto") == "auto":   # options.PARAM_ROWS
+            options["param_rows"] = "channel"
         return _compile(self.recurrence, target=target, strategy=strategy, reverse=True,
                         **options)
 

@@ -46,7 +46,9 @@ TILE_LAYOUTS = ("auto", "staged", "direct")
 #: (a row modulus argument each: channel c reads row ``c % rows``), ``channel`` a row per
 #: channel (the runtime lays such a parameter out per channel first: a small copy a call,
 #: no remainder in the kernel), ``auto`` ``modulus`` (``Backward.compile`` gives the GPU
-#: Blelloch adjoint ``channel``: there the remainder doubled ptxas' spills)
+#: Blelloch adjoint ``channel``: there the remainder doubled ptxas' spills, sm_90: 116 -> 252
+#: bytes of spill stores; the kernel took 2.12 ms at 8 x 1536 x 16 x 2^11 on an H100 before
+#: it, 3.52 ms after)
 PARAM_ROWS = ("auto", "modulus", "channel")
 
 
