@@ -52,6 +52,7 @@ import torch
 
 if TYPE_CHECKING:
     from explorer.torch_op import RecurrenceOp
+    from explorer.torch_runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -243,13 +244,23 @@ def _layout(t: Any) -> tuple[Any, ...] | None:
     return None if t is None else (tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
-def _checked(runner: Callable[..., Any], want: tuple[Any, ...]) -> Callable[..., Any]:
+def _checked(runner: Runner, want: tuple[Any, ...]) -> Callable[..., Any]:
+    """The adjoint's node: the runner's call, its outputs checked against the trace's layouts;
+    from then on, on CUDA, the launch plan of that call bound (``Runner.bind``: the graph runs
+    only for the signature it was traced for, so the adjoint's arguments keep their layouts,
+    and the plan allocates the outputs the check saw)."""
+    bound: list[Any] = []
+
     def adjoint(*args: Any) -> Any:
+        if bound and bound[0] is not None:
+            return bound[0](*args)
         out = runner(*args)
         outs = out if isinstance(out, tuple) else (out,)
         got = tuple(_layout(o) for o in outs)
         if got != want:
             raise RuntimeError(f"the adjoint returned {got}, its trace had {want}")
+        if not bound:
+            bound.append(runner.bind(*args))
         return out
 
     return adjoint

@@ -145,6 +145,40 @@ class Runner:
             res = [torch.from_numpy(np.ascontiguousarray(out[o])) for o in self.specs.outputs]
         return self._result(res, sums)
 
+    def bind(self, *args: Any) -> Callable[..., Any] | None:
+        """What :meth:`__call__` does for arguments of this signature (the tensors' shapes,
+        strides, dtype and device, the arguments left out, the length), bound to its launch
+        plan: a call launches it on the tensors given, without checking them again (its
+        caller has: a traced backward keys its graphs on its tensors' layouts,
+        :mod:`explorer.fused_backward`); on another stream it takes :meth:`__call__`. None
+        where these arguments take no launch plan (not float32 CUDA tensors, lane readouts
+        summed, packed compiles)."""
+        import torch
+
+        values, length, sums = self._split(args)
+        tensors = [x for x in values if x is not None]
+        if sums or not all(type(x) is torch.Tensor and x.dtype == torch.float32 and x.is_cuda
+                           for x in tensors) or len({x.device for x in tensors}) != 1:
+            return None
+        from explorer.runtime.cuda_plan import current_stream, run_plan
+
+        names = self.specs.names
+        present = [i for i, x in enumerate(values) if x is not None]
+        kernel: Any = self.compiled_for("cuda").runner("cuda")
+        plan = kernel.plan_for(int(length) if length is not None else None, None, None,
+                               {names[i]: values[i] for i in present})
+        if plan is None:
+            return None
+        outputs, device = self.specs.outputs, plan.device
+
+        def launch(*call: Any) -> Any:
+            if current_stream(device) != plan.stream:
+                return self(*call)
+            outs = run_plan(kernel, plan, {names[i]: call[i] for i in present})
+            return outs[outputs[0]] if len(outputs) == 1 else tuple(outs[o] for o in outputs)
+
+        return launch
+
     def _result(self, res: list[Any], sums: Mapping[str, Any]) -> Any:
         """The outputs, the lane readouts in ``sums`` summed to their batch shapes."""
         from explorer.torch_arrays import sum_to

@@ -66,7 +66,7 @@ from explorer.runtime.cuda_modules import (  # noqa: F401 - device_machine is th
     call_sizes,
     device_machine,
 )
-from explorer.runtime.cuda_plan import PlanCache, build_plan, call_key, run_plan
+from explorer.runtime.cuda_plan import LaunchPlan, PlanCache, build_plan, call_key, run_plan
 from explorer.runtime.dtypes import NARROW, narrow_result, storage
 from explorer.runtime.segments import (
     check_cu_seqlens,
@@ -287,32 +287,17 @@ class CudaKernel:
                      sums: Mapping[str, tuple[int, ...]] | None = None,
                      **tensors: Any) -> dict[str, Any]:
         """Launch on torch CUDA tensors, on torch's current stream, without waiting: the
-        outputs by name as torch tensors (batch shape).  Calls of the same shapes, strides and
-        dtypes reuse a cached launch plan (:mod:`explorer.runtime.cuda_plan`); tensors that are
-        not CUDA tensors of their arguments' dtypes on one device, packed calls and compiles
-        storing last states take the path of :meth:`prepare` (and wait). ``sums``: lane
-        readouts summed to a batch shape (:func:`explorer.runtime.cuda_plan.build_plan`)."""
-        if self._want is None:   # the torch dtype of each 16-bit argument
-            import torch
-
-            self._want = {n: getattr(torch, d) for n, d in self.narrow.items()}
-        key, ptr = call_key(tensors, L, time_chunk, self._want)
-        if key is None or self.varlen or self.last_states:
-            # packed compiles and last states bind more than a launch plan holds; float32
-            # values for a 16-bit argument are rounded by prepare
+        outputs by name as torch tensors (batch shape), through a launch plan per signature
+        (:meth:`plan_for`) or, for other tensors, packed calls and compiles storing last states
+        (float32 values of a 16-bit argument rounded), the path of :meth:`prepare` (waits).
+        ``sums``: lane readouts summed to a batch shape (``cuda_plan.build_plan``)."""
+        plan = self.plan_for(L, time_chunk, sums, tensors)
+        if plan is None:
             run = self.prepare(L=L, time_chunk=time_chunk, **tensors)
             run.launch()
             out = run.result()
             out = out if isinstance(out, dict) else {self.output_names[0]: out}
         else:
-            if sums:
-                key = (*key, tuple(sorted((k, tuple(v)) for k, v in sums.items())))
-            plan = self._plans.get(key)
-            if plan is None:
-                require_gpu()
-                assert ptr is not None   # a key is made only with torch's stream
-                plan = build_plan(self, tensors, L, time_chunk, ptr, sums)
-                self._plans.put(key, plan)
             out = run_plan(self, plan, tensors)
         if not sums:
             return out
@@ -321,6 +306,27 @@ class CudaKernel:
         from explorer.torch_arrays import sum_to
 
         return {k: (sum_to(v, sums[k]) if k in sums else v) for k, v in out.items()}
+
+    def plan_for(self, L: int | None, time_chunk: int | None,
+                 sums: Mapping[str, tuple[int, ...]] | None,
+                 tensors: dict[str, Any]) -> LaunchPlan | None:
+        """The launch plan of a :meth:`launch_torch` call (built on its signature's first
+        call), None where it takes the path of :meth:`prepare` (``torch_runner.Runner.bind``)."""
+        if self._want is None:   # the torch dtype of each 16-bit argument
+            import torch
+
+            self._want = {n: getattr(torch, d) for n, d in self.narrow.items()}
+        key, ptr = call_key(tensors, L, time_chunk, self._want)
+        if key is None or self.varlen or self.last_states:
+            return None
+        key = (*key, tuple(sorted((k, tuple(v)) for k, v in sums.items()))) if sums else key
+        plan = self._plans.get(key)
+        if plan is None:
+            require_gpu()
+            assert ptr is not None   # a key is made only with torch's stream
+            plan = build_plan(self, tensors, L, time_chunk, ptr, sums)
+            self._plans.put(key, plan)
+        return plan
 
     def check(self, /, L: int | None = None, **arrays: Any) -> list[ArgSpec]:
         """Names, dtypes and shapes (on the host, no copy); the specs to marshal with."""

@@ -165,11 +165,11 @@ def call_key(tensors: dict[str, Any], L: int | None, time_chunk: int | None,
 
     if not isinstance(first, torch.Tensor) or not first.is_cuda:
         return None, None
-    ptr = _current_stream(first.get_device())
+    ptr = current_stream(first.get_device())
     return signature(tensors, L, time_chunk, ptr, want, torch.float32), ptr
 
 
-def _current_stream(device: int) -> int:
+def current_stream(device: int) -> int:
     """torch's current stream on ``device`` as its raw pointer (no Stream object made)."""
     import torch
 
@@ -384,8 +384,15 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
         if name in plan.added:   # the kernels add into it (a lane readout): zeroed below
             zero.append((out_ptrs[-1], t.numel() * t.element_size()))
     cp = _cupy()
+    from cupy.cuda import driver
+
     current = cp.cuda.runtime.getDevice()
-    if current != plan.device:
+    # a thread that has not used the runtime yet (one a user starts, a data loader's) has no
+    # context current, which the driver's launch needs: setting the device makes the
+    # device's primary context current (torch's allocator may hand out cached memory without
+    # a runtime call that would)
+    switch = current != plan.device
+    if switch or not driver.ctxGetCurrent():
         cp.cuda.runtime.setDevice(plan.device)
     try:
         with plan.lock:
@@ -398,6 +405,6 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
                 except Exception as err:
                     raise kernel._launch_error(step.kernel, step.grid, err) from err
     finally:
-        if current != plan.device:
+        if switch:
             cp.cuda.runtime.setDevice(current)
     return outs

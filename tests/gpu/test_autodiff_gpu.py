@@ -204,6 +204,49 @@ def test_fused_backward_matches_torch_autograd(case_id: str):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("case_id", ["affine-default", "preset:gated EMA", "preset:second order"])
+def test_traced_backward_binds_its_launch_plan(case_id: str, monkeypatch: Any):
+    """The traced backward checks the adjoint's outputs on its first call and then launches
+    the plan of that call directly (``Runner.bind``): the same gradients, bit for bit, as the
+    eager formulas, the runner's checking call made once per signature; on another stream
+    the runner's call again (the plan is bound to its stream), with the same gradients."""
+    from explorer.torch_runner import Runner
+
+    text, options = next((t, o) for n, t, o in CASES if n == case_id)
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text)
+    cot, _ = _reference_grads(rec, arrays, h0)
+    op = _op(text, options)
+    policy = op.fuse_backward
+    calls: list[int] = []
+    runner_call = Runner.__call__
+
+    def counted(self: Any, *args: Any) -> Any:
+        if self is op.adjoint_runner:   # the forward's runner runs every call
+            calls.append(1)
+        return runner_call(self, *args)
+
+    try:
+        op.fuse_backward = "never"
+        eager = _cuda_grads(op, rec, arrays, h0, cot)
+        op.fuse_backward = "traced"
+        op.fused._fused.clear()
+        monkeypatch.setattr(Runner, "__call__", counted)
+        traced = [_cuda_grads(op, rec, arrays, h0, cot) for _ in range(4)]
+        assert op.fused.signatures == 1
+        assert len(calls) == 1, calls
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            other = _cuda_grads(op, rec, arrays, h0, cot)
+        assert len(calls) == 2, calls
+    finally:
+        op.fuse_backward = policy
+    for ours in (*traced, other):
+        assert all(torch.equal(ours[k], eager[k]) for k in eager)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("case_id", ["selective-default", "mamba-default", "selective-lane",
                                      "mamba-lane"])
 def test_inputs_shared_by_channels_sum_their_gradients_in_the_adjoint(case_id: str):

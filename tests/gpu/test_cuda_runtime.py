@@ -371,3 +371,36 @@ def test_launch_error_names_geometry_and_process_stays_usable(tmp_path: Path) ->
     h = _kernel(KIND_ART)(a=a, b=b)  # type: ignore[arg-type]
     assert max_rel_error(h, affine_scan_f64(a, b)) <= TOL
     assert math.isfinite(float(np.abs(h).max()))
+
+
+@needs_affine
+def test_torch_launch_from_a_new_thread() -> None:
+    """A thread that has not used CUDA yet (no context current: torch's allocator hands out
+    cached memory without a runtime call) launches a cached plan and gets the same result."""
+    import threading
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    a, b = random_problem(64, 700, seed=11, xp=cp)
+    ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+    kernel = _kernel(KIND_ART)
+    want = kernel(a=ta, b=tb)  # type: ignore[arg-type]
+    torch.cuda.synchronize()
+    got: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(3):
+                got.append(kernel(a=ta, b=tb))  # type: ignore[arg-type]
+            torch.cuda.synchronize()
+        except BaseException as err:  # noqa: BLE001 - reported in the main thread
+            errors.append(err)
+
+    for _ in range(2):   # a second thread: the plan is cached, nothing is built there
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+    assert not errors, errors[0]
+    assert len(got) == 6 and all(bool(torch.equal(g, want)) for g in got)
