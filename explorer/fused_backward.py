@@ -96,19 +96,20 @@ class FusedBackward:
         """The gradients of ``needed`` (what :meth:`RecurrenceOp.gradients` returns), fused
         where the policy says so."""
         policy = self.op.fuse_backward
+        if policy == "never":
+            return self.op.gradients(arrays, states, cotangents, needed)
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]
+        layouts = tuple((t.shape, t.stride(), t.storage_offset(), t.dtype, t.device)
+                        for t in tensors)
         if policy == "auto":
-            if not all(t.device.type in self.auto_devices and t.dtype == torch.float32
-                       for t in tensors):
+            if not all(lay[4].type in self.auto_devices and lay[3] == torch.float32
+                       for lay in layouts):
                 return self.op.gradients(arrays, states, cotangents, needed)
             mode = "fused" if self.op.specs.rec.vector else "traced"
-        elif policy == "never":
-            return self.op.gradients(arrays, states, cotangents, needed)
         else:
             mode = "fused" if policy == "always" else "traced"
         key = (mode, tuple(arrays), tuple(states), tuple(cotangents), tuple(sorted(needed)),
-               tuple((tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device)
-                     for t in tensors))
+               layouts)
         with self._lock:
             run = self._fused.get(key)
             if run is not None:

@@ -289,7 +289,9 @@ class RecurrenceOp:
         out: list[Any] = []
         for n in self.specs.names:
             g = res.get(n)
-            out.append(g.to(arrays[n].dtype) if g is not None else None)
+            if g is not None and g.dtype != arrays[n].dtype:
+                g = g.to(arrays[n].dtype)
+            out.append(g)
         if self.specs.needs_length:
             out.append(None)
         return tuple(out)

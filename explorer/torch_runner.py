@@ -35,10 +35,8 @@ class Specs:
         self.lane_outputs = ({*rec.states, *rec.lane_readouts} if rec.vector else set())
         #: no input indexed by time: the length is an argument
         self.needs_length = not rec.inputs
-
-    @property
-    def names(self) -> list[str]:
-        return [a[0] for a in self.args + self.h0]
+        #: the tensors' names, in the operator's order
+        self.names = [a[0] for a in self.args + self.h0]
 
     def schema(self) -> str:
         params = [f"Tensor a{i}" for i in range(len(self.args))]

@@ -99,29 +99,33 @@ class _Step:
     params: np.ndarray
     #: (position, "in" | "out", index into the call's input or output pointers)
     slots: list[tuple[int, str, int]]
+    #: what each call passes, read once: grid and block, dynamic shared memory, the address
+    #: of ``params``, CuPy's driver module
+    dims: tuple[int, ...] = ()
+    shared: int = 0
+    params_ptr: int = 0
+    driver: Any = None
 
     @classmethod
     def packed(cls, kernel: Any, function: Any, grid: tuple[int, int, int],
                template: list[Any], slots: list[tuple[int, str, int]]) -> _Step:
+        from cupy.cuda import driver
+
         values = np.array([0 if v is None else int(v) for v in template], dtype=np.int64)
         params = (np.arange(len(values), dtype=np.uint64) * np.uint64(8)
                   + np.uint64(values.ctypes.data))
         # CuPy's RawKernel holds a Function per device (the current one's: the plan's)
         handle = int(getattr(function, "kernel", function).ptr)
-        return cls(kernel, handle, grid, values, params, slots)
+        return cls(kernel, handle, grid, values, params, slots,
+                   (*grid, *kernel.block), int(kernel.shared_bytes), int(params.ctypes.data),
+                   driver)
 
     def launch(self, ins: list[int], outs: list[int], stream_ptr: int) -> None:
-        from cupy.cuda import driver
-
         values = self.values
         for pos, kind, i in self.slots:
             values[pos] = ins[i] if kind == "in" else outs[i]
-        block = self.kernel.block
-        gx, gy, gz = self.grid
-        bx, by, bz = block
-        driver.launchKernel(self.function, gx, gy, gz, bx, by, bz,
-                            self.kernel.shared_bytes, stream_ptr,
-                            int(self.params.ctypes.data), 0)
+        self.driver.launchKernel(self.function, *self.dims, self.shared, stream_ptr,
+                                 self.params_ptr, 0)
 
 
 @dataclass
@@ -149,6 +153,12 @@ class LaunchPlan:
     #: device memory the plan owns (workspaces, zero initial states): kept alive with it
     owned: list[Any] = field(default_factory=list)
     poison: bool = False
+    #: the CUDA context the plan was built in (its device's primary context)
+    context: int = 0
+    #: (name, shape returned, torch dtype, added into) of each output, in order
+    out_specs: list[tuple[str, tuple[int, ...], Any, bool]] = field(default_factory=list)
+    #: the names of the tensors given when every one is passed as it is (no buffer), else None
+    direct: list[str] | None = None
     #: held from the first copy to the last launch of a call: calls of one plan from several
     #: threads enqueue their copies, resets and launches one call after the other
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -171,12 +181,17 @@ def call_key(tensors: dict[str, Any], L: int | None, time_chunk: int | None,
 
 def current_stream(device: int) -> int:
     """torch's current stream on ``device`` as its raw pointer (no Stream object made)."""
-    import torch
+    global _RAW_STREAM
+    if _RAW_STREAM is None:
+        import torch
 
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return int(raw(device))
-    return int(torch.cuda.current_stream(device).cuda_stream)
+        _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda d: torch.cuda.current_stream(d).cuda_stream)
+    return int(_RAW_STREAM(device))
+
+
+#: torch's function giving the current stream's pointer (found on first use)
+_RAW_STREAM: Any = None
 
 
 def signature(arrays: dict[str, Any], L: int | None, time_chunk: int | None,
@@ -252,6 +267,13 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
             plan.out_dtypes[name] = getattr(torch, kernel.narrow.get(name, "float32"))
             if info.reset:
                 plan.added.add(name)
+        from cupy.cuda import driver
+
+        plan.context = int(driver.ctxGetCurrent())
+        plan.out_specs = [(n, shown, plan.out_dtypes[n], n in plan.added)
+                          for n, shown in plan.outputs.items()]
+        plan.direct = ([lay.name for lay in layouts] if all(lay.direct for lay in layouts)
+                       else None)
         if C * N == 0 or length == 0:
             return plan
         values = call_sizes(kernel.artifact, C, N, length, time_chunk)
@@ -369,42 +391,40 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     (batch shape), enqueued on the plan's stream, not waited for."""
     import torch
 
-    tdev = plan.tdevice
+    empty, tdev = torch.empty, plan.tdevice
     outs = {}
     out_ptrs = []
     zero: list[tuple[int, int]] = []
-    for name, shown in plan.outputs.items():
-        dtype = plan.out_dtypes[name]
+    for name, shown, dtype, added in plan.out_specs:
         # allocated in the shape returned: the same contiguous memory as the kernels' side
         t = (torch.full(shown, float("nan"), dtype=dtype, device=tdev)
-             if plan.poison and name not in plan.added
-             else torch.empty(shown, dtype=dtype, device=tdev))
+             if plan.poison and not added else empty(shown, dtype=dtype, device=tdev))
         outs[name] = t
         out_ptrs.append(t.data_ptr())
-        if name in plan.added:   # the kernels add into it (a lane readout): zeroed below
+        if added:   # the kernels add into it (a lane readout): zeroed below
             zero.append((out_ptrs[-1], t.numel() * t.element_size()))
     cp = _cupy()
-    from cupy.cuda import driver
-
-    current = cp.cuda.runtime.getDevice()
-    # a thread that has not used the runtime yet (one a user starts, a data loader's) has no
-    # context current, which the driver's launch needs: setting the device makes the
-    # device's primary context current (torch's allocator may hand out cached memory without
-    # a runtime call that would)
-    switch = current != plan.device
-    if switch or not driver.ctxGetCurrent():
+    # another device's context is current, or none (a thread that has not used the runtime:
+    # one a user starts; torch's allocator can hand out cached memory without a runtime call
+    # that would make one current): the plan's device is set, which makes its context current
+    prior = cp.cuda.driver.ctxGetCurrent()
+    switch = prior != plan.context
+    if switch:
+        current = cp.cuda.runtime.getDevice()
         cp.cuda.runtime.setDevice(plan.device)
     try:
         with plan.lock:
-            ptrs = [lay.pointer(arrays[lay.name]) for lay in plan.layouts]
-            for ptr, nbytes in (*zero, *plan.reset) if plan.steps else ():
-                cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)
+            ptrs = ([arrays[n].data_ptr() for n in plan.direct] if plan.direct is not None
+                    else [lay.pointer(arrays[lay.name]) for lay in plan.layouts])
+            if plan.steps and (zero or plan.reset):
+                for ptr, nbytes in (*zero, *plan.reset):
+                    cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)
             for step in plan.steps:
                 try:
                     step.launch(ptrs, out_ptrs, plan.stream)
                 except Exception as err:
                     raise kernel._launch_error(step.kernel, step.grid, err) from err
     finally:
-        if switch:
+        if switch and prior and current != plan.device:
             cp.cuda.runtime.setDevice(current)
     return outs
