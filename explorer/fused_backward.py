@@ -98,35 +98,33 @@ class FusedBackward:
         policy = self.op.fuse_backward
         if policy == "never":
             return self.op.gradients(arrays, states, cotangents, needed)
+        traced = policy == "traced" or (policy == "auto" and not self.op.specs.rec.vector)
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]
         layouts = tuple((t.shape, t.stride(), t.storage_offset(), t.dtype, t.device)
                         for t in tensors)
-        if policy == "auto":
-            if not all(lay[4].type in self.auto_devices and lay[3] == torch.float32
-                       for lay in layouts):
-                return self.op.gradients(arrays, states, cotangents, needed)
-            mode = "fused" if self.op.specs.rec.vector else "traced"
-        else:
-            mode = "fused" if policy == "always" else "traced"
-        key = (mode, tuple(arrays), tuple(states), tuple(cotangents), tuple(sorted(needed)),
-               layouts)
+        names = tuple(sorted(needed))
+        key = ("traced" if traced else "fused", tuple(arrays), tuple(states),
+               tuple(cotangents), names, layouts)
         with self._lock:
             run = self._fused.get(key)
             if run is not None:
                 self._fused.move_to_end(key)
-            calls = self._seen[key] = self._seen.get(key, 0) + 1
-            if len(self._seen) > 64 * KEPT:   # a bound on what a shape-changing loop leaves
-                self._seen = {key: calls}
-        names = sorted(needed)
-        if run is not None:
-            outs = run(*tensors)
-        elif key in self._failed or (policy == "auto" and calls < 2):
-            return self.op.gradients(arrays, states, cotangents, needed)
-        else:
-            made = self._compile(key, arrays, states, cotangents, names)
+        if run is None:   # a signature kept runs as kept, whichever policy made it
+            if policy == "auto" and not all(lay[4].type in self.auto_devices
+                                            and lay[3] == torch.float32 for lay in layouts):
+                return self.op.gradients(arrays, states, cotangents, needed)
+            with self._lock:
+                calls = self._seen[key] = self._seen.get(key, 0) + 1
+                if len(self._seen) > 64 * KEPT:   # a bound on what a shape-changing loop leaves
+                    self._seen = {key: calls}
+            if key in self._failed or (policy == "auto" and calls < 2):
+                return self.op.gradients(arrays, states, cotangents, needed)
+            made = self._compile(key, arrays, states, cotangents, list(names))
             if made is None:
                 return self.op.gradients(arrays, states, cotangents, needed)
             outs = made
+        else:
+            outs = run(*tensors)
         return {n: g for n, g in zip(names, outs, strict=True) if g is not None}
 
     @property
