@@ -662,7 +662,7 @@ def _print(record: dict[str, Any], device: str) -> None:
 
 #: ``--variant``: the strategy and options of the forward and adjoint compiles.
 #: ``blelloch-staged``: the adjoint's tiles through the stage (``blelloch`` gives a vector
-#: recurrence's adjoint direct tiles, :data:`explorer.autodiff.DIRECT_ADJOINT`).
+#: recurrence's adjoint direct tiles, :data:`explorer.adjoint_options.DIRECT_ADJOINT`).
 #: ``warp32-fast``: one warp a block and approximate exp, as ``mamba_speed.py``'s fastest forward
 #: (mamba-ssm's kernels, forward and backward, are built with ``--use_fast_math``)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

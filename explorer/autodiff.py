@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 import sympy
 
+from explorer.adjoint_options import adjoint_defaults
 from explorer.errors import RecurrenceError
 from explorer.frontend.names import RESERVED_NAMES, h0_name
 from explorer.frontend.recurrence import FUNCTIONS, Recurrence
@@ -81,28 +82,6 @@ DIRECT = "d_{}"           # a direct term passed as an array
 # ----------------------------------------------------------------------------------------------
 # Names
 # ----------------------------------------------------------------------------------------------
-#: the tree strategies whose adjoint lane loop (a vector recurrence's) stores its outputs from
-#: registers (``tile_layout="direct"``), not through the stage. H100, selective scan:
-#: the Blelloch adjoint kernel 5.30 -> 3.23 ms at 8 x 1536 x 16 x 2^11 and 0.299 -> 0.175 ms at
-#: 2 x 512 x 16 x 2^10; one warp of ``warp_shuffle`` ran slower direct (3.36 -> 6.41 ms)
-DIRECT_ADJOINT = ("blelloch",)
-#: the tile of that direct adjoint (unless given): fewer elements a thread run faster (H100,
-#: adjoint at 8 x 1536 x 16 x 2^11 and 2 x 512 x 16 x 2^10: 128 threads by 8 2.94 and 0.159 ms,
-#: by 4 2.19 and 0.114, by 2 2.80 and 0.151; 64 by 4 2.12 and 0.102, 256 by 4 2.31 and 0.104)
-ADJOINT_TILE = {"block_size": 64, "elements_per_thread": 4}
-
-
-def chosen_tile(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The tile entries of a forward's ``options`` (block size, elements a thread) that are
-    not the compile defaults: a forward's tile is its adjoint's only where it was chosen (the
-    torch operator, the widget's backward toggle); the adjoint picks its own otherwise."""
-    from explorer.codegen.options import Options
-
-    defaults = Options()
-    return {k: options[k] for k in ADJOINT_TILE
-            if k in options and options[k] != getattr(defaults, k)}
-
-
 class _Namer:
     """Names that collide with nothing taken, nor (for states) their ``<name>0`` keyword."""
 
@@ -251,9 +230,9 @@ class Backward:
         Every output is stored (``outputs="all"``: the gradients read the adjoints and the
         summed readouts); the forward's arrays it reads at another time are read in place
         (``read_offsets``: :attr:`BackwardNames.read_offsets`). On the GPU the Blelloch adjoint
-        of a vector recurrence takes direct tiles unless ``tile_layout`` is given
-        (:data:`DIRECT_ADJOINT`), of :data:`ADJOINT_TILE` threads and elements unless those are
-        given, and its parameters a row per channel unless ``param_rows`` is given."""
+        of a vector recurrence takes direct tiles unless ``tile_layout`` is given, of its
+        own size unless one is, and its parameters a row per channel unless ``param_rows`` is
+        given (:func:`explorer.adjoint_options.adjoint_defaults`)."""
         from explorer.compiler import compile as _compile
         from explorer.errors import OptionError
 
@@ -262,13 +241,7 @@ class Backward:
         options.setdefault("outputs", "all")
         if self.names.read_offsets:
             options.setdefault("read_offsets", self.names.read_offsets)
-        lanes_on_gpu = target == "cuda" and strategy in DIRECT_ADJOINT and self.forward.vector
-        if lanes_on_gpu and options.get("tile_layout", "auto") == "auto":
-            options["tile_layout"] = "direct"
-            for k, v in ADJOINT_TILE.items():
-                options.setdefault(k, v)
-        if lanes_on_gpu and options.get("param_rows", "auto") == "auto":   # options.PARAM_ROWS
-            options["param_rows"] = "channel"
+        options.update(adjoint_defaults(target, strategy, self.forward.vector, options))
         return _compile(self.recurrence, target=target, strategy=strategy, reverse=True,
                         **options)
 

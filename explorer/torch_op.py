@@ -61,7 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from explorer.autodiff import ADJOINT_TILE, Backward, chosen_tile, grad
+from explorer.adjoint_options import ADJOINT_TILE, chosen_tile
+from explorer.autodiff import Backward, grad
 from explorer.fused_backward import FusedBackward, check_policy
 from explorer.gradients import gradients
 from explorer.torch_arrays import TorchOps
@@ -228,7 +229,7 @@ class RecurrenceOp:
     def _options(self) -> dict[str, Any]:
         """The compile options the adjoint shares (it stores its states, its only outputs).
         The forward's tile is the adjoint's only where it is not the default one: the adjoint
-        picks its own (:data:`explorer.autodiff.ADJOINT_TILE`)."""
+        picks its own (:data:`explorer.adjoint_options.ADJOINT_TILE`)."""
         shared = {k: v for k, v in self.compiled.options.items()
                   if k not in ("strategy", "target", "reverse", "outputs", "read_offsets",
                                "param_rows",

@@ -3,7 +3,7 @@
 compiles it: backwards in time (``reverse``), storing every output (the adjoints and the
 gradients summed over n), reading the forward's arrays at other times in place where the
 derivation does (``read_offsets``, kept like a record's options without a control), and on
-the GPU with the tiles it picks (``tile_layout``, :data:`explorer.autodiff.DIRECT_ADJOINT`).
+the GPU with the tiles and parameter rows it picks (:mod:`explorer.adjoint_options`).
 Every tab
 then shows the backward pass: its recurrence, affine form, plan, passes and PTX. Toggling it
 off puts the forward's text and options back; nothing typed is lost."""
@@ -75,25 +75,25 @@ class BackwardToggle:
             "<details open><summary>the gradients, from the adjoint</summary><pre "
             "style='font-size:12px;margin:4px 0'>"
             f"{html.escape(backward.summary())}</pre></details>")
-        from explorer.autodiff import ADJOINT_TILE, DIRECT_ADJOINT, chosen_tile
+        from explorer.adjoint_options import adjoint_defaults, chosen_tile
 
+        # what Backward.compile gives the adjoint where the controls leave it open (its
+        # lane loop streams lam out: direct tiles of its own size, parameters per channel)
+        given = {"tile_layout": ex.tile_layout.value, **ex.kept_options, **chosen_tile({
+            "block_size": ex.block_size.value,
+            "elements_per_thread": ex.elements_per_thread.value})}
+        chosen = adjoint_defaults(ex.target.value, ex.strategy.value,
+                                  backward.forward.vector, given)
         with ex.holding():
             ex.reverse.value = True
             ex.outputs.value = "all"
-            # the tiles Backward.compile gives the adjoint (its lane loop streams lam out),
-            # of its own size where the controls hold the default one
-            if (ex.target.value == "cuda" and ex.strategy.value in DIRECT_ADJOINT
-                    and backward.forward.vector and ex.tile_layout.value == "auto"):
-                ex.tile_layout.value = "direct"
-                tile = {**ADJOINT_TILE, **chosen_tile({
-                    "block_size": ex.block_size.value,
-                    "elements_per_thread": ex.elements_per_thread.value})}
-                ex.block_size.value = tile["block_size"]
-                ex.elements_per_thread.value = tile["elements_per_thread"]
-            # and its parameters a row per channel (no row modulus in its lane loop)
-            if (ex.target.value == "cuda" and ex.strategy.value in DIRECT_ADJOINT
-                    and backward.forward.vector and "param_rows" not in ex.kept_options):
-                ex.kept_options = {**ex.kept_options, "param_rows": "channel"}
+            if "tile_layout" in chosen:
+                ex.tile_layout.value = chosen["tile_layout"]
+                ex.block_size.value = chosen.get("block_size", ex.block_size.value)
+                ex.elements_per_thread.value = chosen.get("elements_per_thread",
+                                                          ex.elements_per_thread.value)
+            if "param_rows" in chosen:
+                ex.kept_options = {**ex.kept_options, "param_rows": chosen["param_rows"]}
                 ex.kept.value = _kept_html(ex.kept_options, "the backward")
             ex.text.value = backward.text
         return ex.recompile()

@@ -2,8 +2,8 @@
 the box shows the adjoint as the language spells it (``softplus``, ``sigmoid``: functions of
 their own, no ``exp(x) / (exp(x) + 1)``), its gradient of ``dt`` reading the saved states at
 their own step (``fwd_h``), the formulas under the toggle say so, and the tile controls show the
-adjoint's own tile (``autodiff.ADJOINT_TILE``) on the GPU target, and the Affine tab typesets its
-readouts without a MathJax error. A screenshot goes to ``test-output/browser/``.
+adjoint's own tile (``adjoint_options.ADJOINT_TILE``) on the GPU target, and the Affine tab
+typesets its readouts without a MathJax error. A screenshot goes to ``test-output/browser/``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from explorer.autodiff import ADJOINT_TILE
+from explorer.adjoint_options import ADJOINT_TILE
 from tests.browser.conftest import one_cell_notebook
 from tests.browser.test_scan_tree_browser import CLEAN_UP_JS, EXPLORER, open_notebook
 

@@ -579,7 +579,7 @@ def test_an_adjoint_record_without_the_summed_gradients_is_refused():
 
 
 def test_the_blelloch_adjoint_of_a_vector_recurrence_takes_direct_tiles_on_the_gpu():
-    """Its lane loop stores every lane's adjoint from registers (autodiff.DIRECT_ADJOINT);
+    """Its lane loop stores every lane's adjoint from registers (adjoint_options.DIRECT_ADJOINT);
     other strategies, scalar recurrences, the CPU and an explicit tile_layout keep theirs."""
     vector = ex.grad(ex.PRESETS["selective scan"])
     scalar = ex.grad(ex.PRESETS["affine scan"])
@@ -591,10 +591,10 @@ def test_the_blelloch_adjoint_of_a_vector_recurrence_takes_direct_tiles_on_the_g
 
 
 def test_that_direct_adjoint_takes_its_own_tile_unless_one_is_given():
-    """autodiff.ADJOINT_TILE: fewer elements a thread for the lane loop that holds every
+    """adjoint_options.ADJOINT_TILE: fewer elements a thread for the lane loop that holds every
     stream in registers; a tile given to compile(), or chosen for the forward of a torch
     operator, is kept; the other plans keep the compile defaults."""
-    from explorer.autodiff import ADJOINT_TILE
+    from explorer.adjoint_options import ADJOINT_TILE
 
     vector = ex.grad(ex.PRESETS["selective scan"])
     tile = ("block_size", "elements_per_thread")

@@ -126,3 +126,26 @@ def test_the_gpu_adjoint_takes_its_parameters_per_channel() -> None:
     fwd = ex.compile(ex.PRESETS["selective scan"], target="cuda", strategy="blelloch")
     assert fwd.options["param_rows"] == "auto"
     assert [a for a in fwd.contract[0].args if a.role == "rowmod"]
+
+
+def test_one_rule_for_the_adjoints_defaults() -> None:
+    """``adjoint_options.adjoint_defaults``, the rule ``Backward.compile`` and the widget's
+    backward toggle share: on the GPU the Blelloch adjoint of a vector recurrence takes
+    direct tiles of its own size and parameters per channel where nothing was chosen; what
+    was chosen stays; other targets, strategies and scalar recurrences take nothing."""
+    from explorer.adjoint_options import ADJOINT_TILE, adjoint_defaults
+
+    full = {"tile_layout": "direct", **ADJOINT_TILE, "param_rows": "channel"}
+    assert adjoint_defaults("cuda", "blelloch", True, {}) == full
+    assert adjoint_defaults("cuda", "blelloch", True, {"tile_layout": "auto",
+                                                       "param_rows": "auto"}) == full
+    assert adjoint_defaults("cuda", "blelloch", True, {"block_size": 256}) == {
+        "tile_layout": "direct", "elements_per_thread": ADJOINT_TILE["elements_per_thread"],
+        "param_rows": "channel"}
+    assert adjoint_defaults("cuda", "blelloch", True, {"tile_layout": "staged",
+                                                       "param_rows": "modulus"}) == {}
+    assert adjoint_defaults("cuda", "blelloch", True, {"tile_layout": "staged"}) == {
+        "param_rows": "channel"}
+    for target, strategy, vector in [("cpu", "blelloch", True), ("cuda", "warp_shuffle", True),
+                                     ("cuda", "blelloch", False)]:
+        assert adjoint_defaults(target, strategy, vector, {}) == {}

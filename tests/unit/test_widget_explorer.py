@@ -12,7 +12,7 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
 
 import explorer as ex  # noqa: E402
-from explorer.autodiff import ADJOINT_TILE  # noqa: E402
+from explorer.adjoint_options import ADJOINT_TILE  # noqa: E402
 from explorer.widget import Explorer  # noqa: E402
 
 AFFINE = ex.PRESETS["affine scan"]
