@@ -104,6 +104,11 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     opts = typed(payload["options"], dict, "options")
     if "fast_math" not in opts:   # written before the option: no scan-fastmath pass ran
         opts = {**opts, "fast_math": "none"}
+    kernels = typed(payload["kernels"], list, "kernels")
+    for k in kernels:
+        typed(k, dict, "a kernel")
+    form = decompose(rec)
+    opts = _param_rows(opts, form, kernels)
     checked = asdict(validate(strategy, target, **{k: v for k, v in opts.items()
                                                    if k not in ("strategy", "target")}))
     kept: list[Stage] = []
@@ -129,9 +134,6 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
                        for i in typed(lines, list, "a location's lines")):
                 raise TypeError("a location's lines are integers")
         passes.append(record)
-    kernels = typed(payload["kernels"], list, "kernels")
-    for k in kernels:
-        typed(k, dict, "a kernel")
     stages = _assemble([s for s in kept if s.name not in _BACK], passes,
                        [s for s in kept if s.name in _BACK])
     ptx = stages["ptx"].text if "ptx" in stages else None
@@ -140,9 +142,28 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     from explorer.passes.plan import plan_from_dict
 
     plan = plan_from_dict(payload["plan"])
-    return Compiled(rec, decompose(rec), plan.picture(plan.threads), strategy, target, checked,
+    return Compiled(rec, form, plan.picture(plan.threads), strategy, target, checked,
                     stages, passes, kernels, "", ptx, llvm_ir, ptx_info, key, from_cache=True,
                     trusted=False, scan_plan=plan)
+
+
+def _param_rows(opts: dict[str, Any], form: Any, kernels: list[dict[str, Any]]
+                ) -> dict[str, Any]:
+    """``opts`` with the ``param_rows`` the kernels were compiled with, checked against their
+    arguments (the rule of ``codegen.contract``: a vector recurrence's kernels take a row
+    modulus per parameter unless ``param_rows="channel"``): a record written before the option
+    says what its kernels do (no modulus: ``channel``); one whose options disagree with its
+    kernels is refused, as the runtime would follow the kernels and the explorer show the
+    options."""
+    moduli = {a.get("name") for k in kernels for a in k.get("args", ())
+              if a.get("role") == "rowmod"}
+    if "param_rows" not in opts:
+        opts = {**opts, "param_rows": "channel" if form.vector and not moduli else "auto"}
+    want = (set(form.params) if form.vector and opts["param_rows"] != "channel" else set())
+    if moduli != want:
+        raise ValueError(f"the record's options (param_rows={opts['param_rows']!r:.20}) "
+                         f"disagree with its kernels' row moduli ({sorted(map(str, moduli))})")
+    return opts
 
 
 def load_compiled(path: str | os.PathLike[str]) -> Compiled:

@@ -250,3 +250,38 @@ def test_a_record_from_before_fast_math_says_none(tmp_path):
     path = c.dump(tmp_path / "r.json")
     _rewrite(path, lambda p: p["options"].pop("fast_math"))
     assert compiler.load_compiled(path).options["fast_math"] == "none"
+
+
+def _drop_moduli(payload) -> None:
+    for k in payload["kernels"]:
+        k["args"] = [a for a in k["args"] if a["role"] != "rowmod"]
+
+
+@pytest.mark.parametrize("edit, options", [
+    (lambda p: p["options"].update(param_rows="channel"), "channel with moduli"),
+    (_drop_moduli, "auto without moduli"),
+    (lambda p: p["kernels"][0]["args"].append(
+        {"name": "x", "role": "rowmod", "timed": False, "lane": False, "dtype": "int64"}),
+     "a modulus of an input"),
+])
+def test_a_record_whose_options_disagree_with_its_kernels_is_refused(tmp_path, edit, options):
+    """The runtime follows the kernels' arguments, the explorer shows the options: a record
+    whose ``param_rows`` says one thing and whose kernels (row moduli per parameter or none)
+    do another is refused, re-hashed or not."""
+    c = ex.compile(ex.PRESETS["selective scan"], target="cuda", strategy="blelloch")
+    assert {a.name for k in c.contract for a in k.args if a.role == "rowmod"} == {"A", "D"}
+    path = c.dump(tmp_path / "r.json")
+    _rewrite(path, edit)
+    with pytest.raises(ValueError, match="row moduli"):
+        compiler.load_compiled(path)
+
+
+def test_a_record_from_before_param_rows_says_what_its_kernels_do(tmp_path):
+    """Without the option (written before it): kernels without row moduli read parameters a
+    row per channel, and the record says ``channel``; with them it says ``auto``."""
+    c = ex.compile(ex.PRESETS["selective scan"], target="cuda", strategy="blelloch")
+    path = c.dump(tmp_path / "r.json")
+    _rewrite(path, lambda p: p["options"].pop("param_rows"))
+    assert compiler.load_compiled(path).options["param_rows"] == "auto"
+    _rewrite(path, lambda p: (p["options"].pop("param_rows", None), _drop_moduli(p)))
+    assert compiler.load_compiled(path).options["param_rows"] == "channel"
