@@ -149,6 +149,49 @@ def test_a_traced_adjoint_must_return_the_layout_it_was_traced_with(op_of: Any) 
         assert torch.equal(got[k], eager[k]), k
 
 
+def test_a_traced_adjoint_is_bound_after_its_first_call(op_of: Any) -> None:
+    """The adjoint's node calls the runner (and checks its outputs) once, then what the
+    runner's ``bind`` gave for that call (on CUDA, its launch plan; None, as on the CPU,
+    keeps the checked call): the same gradients."""
+    op = op_of(AFFINE)
+    arrays, _ = _inputs(AFFINE)
+    op.fuse_backward = "never"
+    eager = _grads(op, arrays)
+    runner = op.adjoint_runner
+    calls: list[str] = []
+
+    class Binding:
+        def __init__(self, bindable: bool) -> None:
+            self.bindable = bindable
+
+        def __call__(self, *args: Any) -> Any:
+            calls.append("checked")
+            return runner(*args)
+
+        def bind(self, *args: Any) -> Any:
+            assert runner.bind(*args) is None   # CPU tensors take no launch plan
+
+            def launch(*call: Any) -> Any:
+                calls.append("bound")
+                return runner(*call)
+
+            return launch if self.bindable else None
+
+    op.fuse_backward = "traced"
+    try:
+        for bindable, want in ((True, ["checked", "bound", "bound"]),
+                               (False, ["checked", "checked", "checked"])):
+            op.fused._fused.clear()
+            calls.clear()
+            op.adjoint_runner = Binding(bindable)
+            got = [_grads(op, arrays) for _ in range(3)]
+            assert calls == want
+            for g in got:
+                assert all(torch.equal(g[k], eager[k]) for k in eager)
+    finally:
+        op.adjoint_runner = runner
+
+
 def test_each_signature_compiles_once(op_of: Any) -> None:
     """Shapes, the gradients asked for and the output gradients given make a signature."""
     op = op_of(SELECTIVE)
