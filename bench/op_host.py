@@ -8,7 +8,8 @@ rounds) and one at a time with CUDA events (median).
 Problems: the affine scan at 4096 x 1024 and the selective scan at 2 x 512 x 16 x 1024 (the
 small shapes of ``grad_speed.py``, where a call is bound by its host time).  For the affine scan
 also the parts of its backward: with the eager formulas (``never``) and the traced ones
-(``traced``, :mod:`explorer.fused_backward`), the adjoint's runner alone, and the autograd
+(``traced``, :mod:`explorer.fused_backward`; with the adjoint's launch plan bound and without),
+accelerated-scan's backward where it is installed, the adjoint's runner alone, and the autograd
 engine's floor (a Python autograd function that hands its gradient back).
 """
 
@@ -93,7 +94,41 @@ def run(records: Path) -> dict[str, Any]:
             op.fuse_backward = policy
             return torch.autograd.grad(y, (a, b), g, retain_graph=True)
         report["affine 4096x1024"][f"backward {policy}"] = timed(policy[:9], backward)
+    # the traced backward without its bound launch plan (a second graph, traced while the
+    # runner binds nothing), the two graphs taking turns with the rest
+    from explorer.torch_runner import Runner
+
+    op.fuse_backward = "traced"
+    torch.autograd.grad(y, (a, b), g, retain_graph=True)
+    key, bound = next((k, r) for k, r in op.fused._fused.items() if k[0] == "traced")
+    bind = Runner.bind
+    Runner.bind = lambda self, *args: None   # type: ignore[method-assign]
+    try:
+        del op.fused._fused[key]
+        torch.autograd.grad(y, (a, b), g, retain_graph=True)
+        unbound = op.fused._fused[key]
+    finally:
+        Runner.bind = bind   # type: ignore[method-assign]
+
+    def graph(run: Any) -> Callable[[], Any]:
+        def backward() -> Any:
+            op.fused._fused[key] = run
+            return torch.autograd.grad(y, (a, b), g, retain_graph=True)
+        return backward
+
+    report["affine 4096x1024"]["backward traced, unbound"] = timed("unbound", graph(unbound))
+    report["affine 4096x1024"]["backward traced, bound"] = timed("bound", graph(bound))
     op.fuse_backward = before
+    try:   # accelerated-scan's backward, launched as grad_speed.py launches it
+        from grad_speed import _accelerated
+
+        scan = _accelerated("scalar")
+        a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+        h2 = scan(a2, b2)
+        report["affine 4096x1024"]["accelerated-scan"] = timed(
+            "acc-scan", lambda: torch.autograd.grad(h2, (a2, b2), g, retain_graph=True))
+    except Exception as err:  # noqa: BLE001 - a missing peer is reported, not fatal
+        print(f"  accelerated-scan skipped: {type(err).__name__}: {err}"[:200])
     ad, yd = a.detach(), y.detach()
     report["affine 4096x1024"]["adjoint runner"] = timed(
         "adjoint", lambda: op.adjoint_runner(ad, g, yd, None))
