@@ -64,3 +64,14 @@ def random_inputs(kernel: Any, C: int, L: int, N: int = 16, seed: int = 0) -> di
             value = from_storage(to_storage(spec.name, value, narrow), narrow)
         arrays[spec.name] = value.astype(np.float32)
     return arrays
+
+
+def mamba_shape(spec: Any, batch: int, D: int, N: int, L: int) -> tuple[int, ...]:
+    """The shape of an input or parameter in Mamba's layout (``spec``: an ``ArgSpec``, whether
+    it is indexed by time and by the lane n): an input with the lane axis given once per batch
+    row, ``(batch, 1, N, L)`` (``B``, ``C``); another input per channel, ``(batch, D, L)``;
+    a parameter per channel of the trailing batch axis, ``(D, N)`` or ``(D,)``, shared by the
+    batch rows."""
+    if spec.timed:
+        return (batch, 1, N, L) if spec.lane else (batch, D, L)
+    return (D, N) if spec.lane else (D,)

@@ -14,12 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cupy as cp  # noqa: E402
 
+from explorer.bench.inputs import mamba_shape, random_inputs  # noqa: E402
 from explorer.runtime.cuda import CudaKernel  # noqa: E402
 
 ART = Path(__file__).resolve().parent / "artifacts"
@@ -28,16 +27,6 @@ ART = Path(__file__).resolve().parent / "artifacts"
 SCALAR_SHAPES = [(1, 1), (7, 33), (3, 1000), (2, 70001)]
 #: (channels, lanes, steps) of vector recurrences
 VECTOR_SHAPES = [(1, 16, 1), (3, 16, 300), (2, 16, 5001), (5, 3, 77)]
-
-
-def _inputs(kernel: CudaKernel, C: int, N: int, L: int, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for s in kernel.specs:
-        shape = (C,) + ((N,) if s.lane else ()) + ((L,) if s.timed else ())
-        lo, hi = {"dt": (0.01, 0.2), "A": (-2.0, -0.5)}.get(s.name, (-1.0, 1.0))
-        out[s.name] = rng.uniform(lo, hi, shape).astype(np.float32)
-    return out
 
 
 def main(argv: list[str]) -> int:
@@ -51,7 +40,7 @@ def main(argv: list[str]) -> int:
         kernel = CudaKernel.from_artifact(ART / name)
         shapes = VECTOR_SHAPES if info["vector"] else [(C, 1, L) for C, L in SCALAR_SHAPES]
         for i, (C, N, L) in enumerate(shapes):
-            arrays = {k: cp.asarray(v) for k, v in _inputs(kernel, C, N, L, i).items()}
+            arrays = {k: cp.asarray(v) for k, v in random_inputs(kernel, C, L, N, i).items()}
             out = kernel(**arrays)
             outs = out if isinstance(out, dict) else {"out": out}
             for v in outs.values():
@@ -70,13 +59,10 @@ def main(argv: list[str]) -> int:
                 continue
             kernel = CudaKernel.from_artifact(ART / name)
             B, D, N, L = 2, 3, 16, 333
-            t = {}
-            for s in kernel.specs:   # Mamba's layout: B, C per batch row, A, D per channel
-                if s.timed:
-                    shape = (B, 1, N, L) if s.lane else (B, D, L)
-                else:
-                    shape = (D, N) if s.lane else (D,)
-                t[s.name] = torch.rand(shape, device="cuda") * 0.2 - float(s.name == "A")
+            # Mamba's layout (B, C per batch row, A, D per channel), its values: dt and the
+            # rest in [0, 0.2), A in [-1, -0.8)
+            t = {s.name: torch.rand(mamba_shape(s, B, D, N, L), device="cuda") * 0.2
+                 - float(s.name == "A") for s in kernel.specs}
             out = kernel.launch_torch(**t)
             torch.cuda.synchronize()
             assert all(bool(torch.isfinite(v).all()) for v in out.values()), name

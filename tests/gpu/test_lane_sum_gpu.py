@@ -141,15 +141,14 @@ def _mamba_layout(kernel: CudaKernel, batch: int, D: int, N: int, L: int, seed: 
     """Mamba's layout on the GPU: inputs with the lane axis (B, C) per batch row,
     ``(batch, 1, N, L)``; the other inputs per channel, ``(batch, D, L)``; parameters
     ``(D, ...)``, shared by the batch rows (decays: dt > 0, A < 0)."""
+    from explorer.bench.inputs import mamba_shape
+
     out: dict[str, Any] = {}
     for i, s in enumerate(kernel.specs):
         lo, hi = {"dt": (0.01, 0.2), "A": (-2.0, -0.5)}.get(s.name, (-1.0, 1.0))
-        if s.timed:
-            shape = (batch, 1, N, L) if s.lane else (batch, D, L)
-        else:
-            shape = (D, N) if s.lane else (D,)
         cp.random.seed(seed + i)
-        out[s.name] = cp.random.uniform(lo, hi, shape, dtype=cp.float32)
+        out[s.name] = cp.random.uniform(lo, hi, mamba_shape(s, batch, D, N, L),
+                                        dtype=cp.float32)
     return out
 
 
