@@ -206,10 +206,20 @@ class AffineForm:
     def to_latex(self) -> dict[str, str]:
         """LaTeX of each piece: 'state', 'A', 'b', 'update', 'combine', 'identity', readouts."""
         s_vec = sympy.Matrix(self.state_symbols)
+        # a name of several underscores keeps its first as the subscript and shows the others
+        # (sympy writes grad_sum_dt as grad_{sum dt}, which MathJax shows as "sumdt")
+        pieces = [s_vec, self.A, self.b, *self.readouts.values(),
+                  *(symbol(n) for n in self.readouts)]
+        names = {x: _subscripted(x.name) for p in pieces for x in p.free_symbols
+                 if x.name.count("_") > 1}
+
+        def latex(e: sympy.Basic) -> str:
+            return sympy.latex(e, symbol_names=names)
+
         out = {
-            "state": r"s_t = " + sympy.latex(s_vec),
-            "A": r"A_t = " + sympy.latex(self.A),
-            "b": r"b_t = " + sympy.latex(self.b),
+            "state": r"s_t = " + latex(s_vec),
+            "A": r"A_t = " + latex(self.A),
+            "b": r"b_t = " + latex(self.b),
             "update": r"s_t = A_t\, s_{t-1} + b_t",
             "combine": r"(A_2, b_2) \circ (A_1, b_1) = (A_2 A_1,\; A_2 b_1 + b_2)",
             "identity": r"e = (I, 0)",
@@ -218,8 +228,7 @@ class AffineForm:
             # a name with underscores is a subscripted symbol (grad_{sum dt}): braced, so
             # that _t is not a double subscript, which MathJax refuses
             sub = "{t, n}" if self.output_is_lane(name) else "t"
-            out[f"readout {name}"] = (f"{{{sympy.latex(symbol(name))}}}_{sub} = "
-                                      + sympy.latex(e))
+            out[f"readout {name}"] = f"{{{latex(symbol(name))}}}_{sub} = " + latex(e)
         return out
 
     # -- numbers -----------------------------------------------------------------------------
@@ -327,3 +336,10 @@ def _short(e: sympy.Expr, limit: int = 80) -> str:
 def _tidy(e: sympy.Expr) -> sympy.Expr:
     """Factor common terms out lightly so that A_t and b_t read like what the person wrote."""
     return sympy.factor_terms(e)
+
+
+def _subscripted(name: str) -> str:
+    """LaTeX of a name with several underscores: the first starts the subscript, the others
+    are shown (``grad_{sum\\_dt}``)."""
+    head, rest = name.split("_", 1)
+    return head + "_{" + rest.replace("_", r"\_") + "}"

@@ -108,11 +108,13 @@ def test_text_and_latex_renderings():
 def test_readout_names_with_underscores_are_no_double_subscripts():
     """``grad_sum_dt_t`` is a double subscript to MathJax, which shows the source in red
     instead (the browser test of the Mamba backward looks for MathJax errors): the name is
-    braced as sympy writes the symbol."""
+    braced. Its first underscore starts the subscript and the others are shown (sympy's
+    ``grad_{sum dt}`` read as "sumdt"), in the readout's name and in the expressions."""
     f = form(ex.grad(ex.PRESETS["Mamba selective scan"]).text)
     tex = f.to_latex()
-    assert tex["readout grad_sum_dt"].startswith("{grad_{sum dt}}_t = ")
-    assert tex["readout grad_sum_x"].startswith("{grad_{sum x}}_t = ")
+    assert tex["readout grad_sum_dt"].startswith(r"{grad_{sum\_dt}}_t = ")
+    assert tex["readout grad_sum_x"].startswith(r"{grad_{sum\_x}}_t = ")
+    assert "dt_{bias}" in tex["A"] and "sum dt" not in "".join(tex.values())
     assert r"\sigma\left(z\right)" in tex["A"] + tex["b"]
 
 
