@@ -99,10 +99,8 @@ class _Step:
     params: np.ndarray
     #: (position, "in" | "out", index into the call's input or output pointers)
     slots: list[tuple[int, str, int]]
-    #: what each call passes, read once: grid and block, dynamic shared memory, the address
-    #: of ``params``, CuPy's driver module
-    dims: tuple[int, ...] = ()
-    shared: int = 0
+    #: the address of ``params`` and CuPy's driver module, read once (not a ctypes object and
+    #: an import a call)
     params_ptr: int = 0
     driver: Any = None
 
@@ -116,16 +114,14 @@ class _Step:
                   + np.uint64(values.ctypes.data))
         # CuPy's RawKernel holds a Function per device (the current one's: the plan's)
         handle = int(getattr(function, "kernel", function).ptr)
-        return cls(kernel, handle, grid, values, params, slots,
-                   (*grid, *kernel.block), int(kernel.shared_bytes), int(params.ctypes.data),
-                   driver)
+        return cls(kernel, handle, grid, values, params, slots, int(params.ctypes.data), driver)
 
     def launch(self, ins: list[int], outs: list[int], stream_ptr: int) -> None:
         values = self.values
         for pos, kind, i in self.slots:
             values[pos] = ins[i] if kind == "in" else outs[i]
-        self.driver.launchKernel(self.function, *self.dims, self.shared, stream_ptr,
-                                 self.params_ptr, 0)
+        self.driver.launchKernel(self.function, *self.grid, *self.kernel.block,
+                                 self.kernel.shared_bytes, stream_ptr, self.params_ptr, 0)
 
 
 @dataclass
@@ -155,10 +151,6 @@ class LaunchPlan:
     poison: bool = False
     #: the CUDA context the plan was built in (its device's primary context)
     context: int = 0
-    #: (name, shape returned, torch dtype, added into) of each output, in order
-    out_specs: list[tuple[str, tuple[int, ...], Any, bool]] = field(default_factory=list)
-    #: the names of the tensors given when every one is passed as it is (no buffer), else None
-    direct: list[str] | None = None
     #: held from the first copy to the last launch of a call: calls of one plan from several
     #: threads enqueue their copies, resets and launches one call after the other
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -270,10 +262,6 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
         from cupy.cuda import driver
 
         plan.context = int(driver.ctxGetCurrent())
-        plan.out_specs = [(n, shown, plan.out_dtypes[n], n in plan.added)
-                          for n, shown in plan.outputs.items()]
-        plan.direct = ([lay.name for lay in layouts] if all(lay.direct for lay in layouts)
-                       else None)
         if C * N == 0 or length == 0:
             return plan
         values = call_sizes(kernel.artifact, C, N, length, time_chunk)
@@ -391,17 +379,19 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     (batch shape), enqueued on the plan's stream, not waited for."""
     import torch
 
-    empty, tdev = torch.empty, plan.tdevice
+    tdev = plan.tdevice
     outs = {}
     out_ptrs = []
     zero: list[tuple[int, int]] = []
-    for name, shown, dtype, added in plan.out_specs:
+    for name, shown in plan.outputs.items():
+        dtype = plan.out_dtypes[name]
         # allocated in the shape returned: the same contiguous memory as the kernels' side
         t = (torch.full(shown, float("nan"), dtype=dtype, device=tdev)
-             if plan.poison and not added else empty(shown, dtype=dtype, device=tdev))
+             if plan.poison and name not in plan.added
+             else torch.empty(shown, dtype=dtype, device=tdev))
         outs[name] = t
         out_ptrs.append(t.data_ptr())
-        if added:   # the kernels add into it (a lane readout): zeroed below
+        if name in plan.added:   # the kernels add into it (a lane readout): zeroed below
             zero.append((out_ptrs[-1], t.numel() * t.element_size()))
     cp = _cupy()
     # another device's context is current, or none (a thread that has not used the runtime:
@@ -414,8 +404,7 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
         cp.cuda.runtime.setDevice(plan.device)
     try:
         with plan.lock:
-            ptrs = ([arrays[n].data_ptr() for n in plan.direct] if plan.direct is not None
-                    else [lay.pointer(arrays[lay.name]) for lay in plan.layouts])
+            ptrs = [lay.pointer(arrays[lay.name]) for lay in plan.layouts]
             if plan.steps and (zero or plan.reset):
                 for ptr, nbytes in (*zero, *plan.reset):
                     cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)
