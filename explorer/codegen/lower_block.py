@@ -22,6 +22,7 @@ from explorer.codegen.emit import (
     add_i,
     ceil_div,
     ci,
+    f32,
     lt_i,
     mul_i,
 )
@@ -228,15 +229,33 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             return ins_at + list(extra_held[k * len(extra):(k + 1) * len(extra)])
         return ins_at + [memref.load(buf, [pad(p)]) for buf in extra]
 
-    def own(tid: Value, t0: Value) -> list[Element]:
-        """The thread's E consecutive elements, the identity past the end."""
+    def built(tid: Value, t0: Value, masked: bool) -> list[Element]:
         out = []
         for j in range(E):
             p = add_i(mul_i(tid, ci(E)), ci(j))
             e = element(staged(p, j), add_i(t0, p))
-            out.append(e if ragged_total else
-                       select_element(lt_i(add_i(t0, p), end), e, alg.identity(), alg))
+            out.append(select_element(lt_i(add_i(t0, p), end), e, alg.identity(), alg)
+                       if masked else e)
         return out
+
+    def own(tid: Value, t0: Value) -> list[Element]:
+        """The thread's E consecutive elements, the identity past the end. A tile of a loop
+        over tiles that lies inside the range whole (all but its last) takes them unmasked:
+        each position's test against the end and the selects of the identity are about a
+        fifth of such a kernel's instructions. The look-back kernel's one tile keeps them:
+        versioned, it went over its register cap (32 bytes of spills) and ran slower in
+        float32 (README, *Speed*)."""
+        if ragged_total:
+            return built(tid, t0, False)
+        if single_tile:
+            return built(tid, t0, True)
+        whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
+        width = len(alg.identity().values())
+
+        def flat(masked: bool) -> list[Value]:
+            return [v for e in built(tid, t0, masked) for v in e.values()]
+        vals = if_else(whole, [f32()] * (E * width), lambda: flat(False), lambda: flat(True))
+        return [alg.pack(vals[j * width:(j + 1) * width]) for j in range(E)]
 
     reduce = mode == "reduce"
     carry0 = alg.identity().values() if reduce else list(init)
