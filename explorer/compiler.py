@@ -212,7 +212,9 @@ def _grid_text(plan: Any) -> str:
              f"{g.unchunked_from} x the GPU's block slots of sequences, else ")
     if plan.lookback is not None:
         window = plan.lookback.lanes * plan.lookback.tiles_per_lane
-        return (whole + "one tile per block, in one pass: the block publishes its tile's "
+        look = plan.lookback
+        return (whole + f"one tile of {look.threads} threads x {look.elements} elements per "
+                "block, in one pass: the block publishes its tile's "
                 "aggregate, warp 0 looks back over the tiles before it (scan.lookback: "
                 f"{window} tiles a round trip, waiting on tiles not yet published) for the "
                 "state before its tile, publishes the state after it, and the block applies "

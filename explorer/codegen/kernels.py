@@ -161,15 +161,16 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
                        and static > STATIC_SHARED_LIMIT else 0)
             whole_only = role == "scan" and lookback
             lane_loop = role == "scan" and lane_sum is not None and lane_sum.fused
+            threads = plan.lookback.threads if role == "lookback" else bs
             out.append(KernelSpec(
-                f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, block, 1, dynamic,
+                f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, (threads, 1, 1), 1, dynamic,
                 0 if dynamic else static,
                 time_chunk=None if role == "carry" else TIME_CHUNK,
                 launch_when_longer_than=None if role == "scan" else TIME_CHUNK,
                 launch_unless_longer_than=TIME_CHUNK if whole_only else None,
                 min_blocks_per_sm=(max(1, lookback_threads_per_sm(
                                        int(options.lookback_elements), options.tile_layout)
-                                       // bs) if role == "lookback"
+                                       // threads) if role == "lookback"
                                    else max(1, lane_loop_threads_per_sm(
                                        options.elements_per_thread) // bs) if lane_loop
                                    else 0),
@@ -197,7 +198,9 @@ def options_for(options: Options, plan: Any) -> Options:
                    lookback_tiles=(plan.lookback.tiles_per_lane if plan.lookback is not None
                                    else options.lookback_tiles),
                    lookback_elements=(plan.lookback.elements if plan.lookback is not None
-                                      else options.lookback_elements))
+                                      else options.lookback_elements),
+                   lookback_threads=(plan.lookback.threads if plan.lookback is not None
+                                     else options.lookback_threads))
 
 
 def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
@@ -305,6 +308,8 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
         count = stage_counts(gen.form, gen.options, plan)[spec.role]
         stage, aggbuf = shared[:count], shared[count:count + width]
         if spec.role == "lookback":
+            # the look-back block's own tree: scan.block's over scan.lookback's threads
+            gen.sweeps = plan.lookback.sweeps(plan.tree)
             lookback_block(gen, th, bid, stage, aggbuf)
         elif spec.channels == "block":
             split = lane_loop_split(gen.form, plan)
@@ -324,7 +329,6 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
     ptr = MemRefType.get([], f32())
     arg_types: list[Type] = [ptr if a["role"] not in INT_ROLES else _i64() for a in args]
     ftype = FunctionType.get(arg_types, [])
-    bs = options.block_size
     workgroup = Attribute.parse("#gpu.address_space<workgroup>")
     with InsertionPoint(module_op.regions[0].blocks[0]):
         gmod = gpu.GPUModuleOp(f"{KERNEL_PREFIX}_kernels")
@@ -332,7 +336,7 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
         with InsertionPoint(gmod.bodyRegion.blocks[0]):
             for spec in kernels:
                 fn = gpu.GPUFuncOp(ftype, sym_name=spec.name, kernel=True,
-                                   known_block_size=[bs, 1, 1])
+                                   known_block_size=list(spec.block))
                 if spec.min_blocks_per_sm:
                     # ask ptxas for registers that leave room for this many blocks per SM
                     fn.attributes["nvvm.minctasm"] = IntegerAttr.get(
@@ -367,7 +371,7 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                                               memory_space=workgroup)
                         shared = [memref.view(view, raw, ci(offset), [ci(n)]) for offset, n
                                   in _carve(shared_arrays(form, options, spec.role, plan))]
-                    th = Threads(True, bs, gpu.thread_id(gpu.Dimension.x))
+                    th = Threads(True, spec.block[0], gpu.thread_id(gpu.Dimension.x))
                     _kernel_body(gen, spec, th, gpu.block_id(gpu.Dimension.x), shared, None,
                                  plan)
                     gpu.return_([])
@@ -474,7 +478,7 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
                 hs = None
                 if options.strategy == "sequential" and spec.role == "scan":
                     hs = memref.alloc(MemRefType.get([bs * gen.alg.S], f32()), [], [])
-                th = Threads(False, bs)
+                th = Threads(False, spec.block[0])
 
                 def one_block(b: Value, _: list[Value], gen: Gen = gen, spec: KernelSpec = spec,
                               shared: list[Value] = shared, hs: Value | None = hs,

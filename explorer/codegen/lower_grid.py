@@ -57,12 +57,15 @@ class ScanShapes:
     agg: int
 
 
-def blelloch_shapes(options: Options, scheme: str, elements: int | None = None) -> ScanShapes:
+def blelloch_shapes(options: Options, scheme: str, elements: int | None = None,
+                    threads: int | None = None) -> ScanShapes:
     """The workgroup buffers of a tree plan's block, on the grid ``scheme``, for a tile of
-    ``elements`` a thread (default ``elements_per_thread``; the look-back kernel's own)."""
+    ``threads`` threads (default ``block_size``) by ``elements`` a thread (default
+    ``elements_per_thread``; the look-back kernel's own)."""
     slots = 2 if scheme == "lookback" else 1
     E = options.elements_per_thread if elements is None else elements
-    return ScanShapes(padded(options.block_size * E), padded(options.block_size) + slots)
+    B = options.block_size if threads is None else threads
+    return ScanShapes(padded(B * E), padded(B) + slots)
 
 
 def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence[Value],

@@ -127,6 +127,15 @@ class Options:
     #: whose tile moves at most three arrays (:data:`explorer.passes.plan.LOOKBACK_WIDE_STREAMS`),
     #: ``elements_per_thread`` otherwise (their elements take more registers)
     lookback_elements: int | str = "auto"
+    #: threads of a look-back block, apart from the plain kernel's ``block_size`` (the
+    #: look-back kernel's tile is this times ``lookback_elements``). ``"auto"``: on the GPU,
+    #: at least :data:`explorer.passes.plan.LOOKBACK_THREADS` where a thread of the look-back
+    #: kernel composes 16 elements (a scalar first-order state's default), ``block_size``
+    #: otherwise: on an H200 the look-back kernel of 256 threads by 16 elements (one walk of
+    #: the tiles before it per 4096 steps) reached 0.79 of a copy at 1 x 2^26 in float32
+    #: against 0.76 for 128 by 16, 0.57 against 0.53 in bfloat16, where 128 threads kept the
+    #: plain kernel's tile fit for 1024-step sequences (README, *Speed*)
+    lookback_threads: int | str = "auto"
     #: the outputs the kernels write: one of OUTPUTS, or a tuple of output names (resolved
     #: against the recurrence by the plan, :func:`explorer.passes.outputs.stored_outputs`)
     outputs: str | tuple[str, ...] = "readouts"
@@ -202,7 +211,8 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if target not in TARGETS:
         raise OptionError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
-             "reverse", "grid", "lookback_tiles", "lookback_elements", "outputs", "out_dtype",
+             "reverse", "grid", "lookback_tiles", "lookback_elements", "lookback_threads",
+             "outputs", "out_dtype",
              "varlen", "vector_width", "fast_math", "tile_layout", "read_offsets",
              "param_rows"}
     unknown = sorted(set(options) - known)
@@ -250,6 +260,10 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if lookback_elements != "auto":
         lookback_elements = _power_of_two(lookback_elements, "lookback_elements (or 'auto')",
                                           1, LOOKBACK_ELEMENTS_MAX)
+    lookback_threads = options.get("lookback_threads", defaults.lookback_threads)
+    if lookback_threads != "auto":
+        lookback_threads = _power_of_two(lookback_threads, "lookback_threads (or 'auto')",
+                                         32, 1024)
     outputs = _outputs(options.get("outputs", defaults.outputs))
     varlen = options.get("varlen", defaults.varlen)
     if not isinstance(varlen, bool):
@@ -285,7 +299,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
                    lookback_tiles=lookback_tiles, lookback_elements=lookback_elements,
-                   outputs=outputs, out_dtype=out_dtype,
+                   lookback_threads=lookback_threads, outputs=outputs, out_dtype=out_dtype,
                    varlen=varlen, vector_width=vector_width, fast_math=fast_math,
                    tile_layout=tile_layout,
                    read_offsets=_read_offsets(options.get("read_offsets", ())),

@@ -51,8 +51,10 @@ def shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[int
         return []
     if options.strategy == "sequential":
         return [seq_layout(form, options, plan.stored, plan.lane_sum).floats]
+    look = plan.lookback if role == "lookback" else None
     shapes = blelloch_shapes(options, plan.grid.scheme,
-                             plan.lookback.elements if role == "lookback" else None)
+                             look.elements if look is not None else None,
+                             look.threads if look is not None else None)
     count = stage_counts(form, options, plan)[role]
     sizes = [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
     split = lane_loop_split(form, plan) if role == "scan" else None

@@ -40,7 +40,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "sweep": ("phase", "stride", "active"),
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),
     "warp_tile": ("sequences", "steps"),
-    "lookback": ("lanes", "tiles_per_lane", "elements"),
+    "lookback": ("lanes", "tiles_per_lane", "elements", "threads"),
     "store": ("outputs",),
     "lane_sum": ("readouts", "scheme"),
     "segments": ("argument", "reset"),

@@ -31,10 +31,12 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   tiles before it, a warp at a time: Merrill and Garland's decoupled look-back), or
   ``chunked``: chunks of whole tiles (reduce each chunk, carry across chunks, rescan from the
   carry: the inputs are read twice), the chunk length chosen per call by this rule;
-* ``scan.lookback {lanes = 32, tiles_per_lane, elements}`` (look-back grids only): the warp that
-  looks back examines ``lanes * tiles_per_lane`` tiles per round trip to memory; a thread of
-  the look-back kernel composes ``elements`` elements (its tile, ``scan.grid {tile}``, is
-  ``B * elements``; the plain kernel of whole sequences keeps ``scan.thread {elements}``);
+* ``scan.lookback {lanes = 32, tiles_per_lane, elements, threads}`` (look-back grids only): the
+  warp that looks back examines ``lanes * tiles_per_lane`` tiles per round trip to memory; a
+  look-back block has ``threads`` threads (its tree is ``scan.block``'s tree over them, the
+  sweeps ``sweeps_of(tree, threads)``), each composing ``elements`` elements (its tile,
+  ``scan.grid {tile}``, is ``threads * elements``; the plain kernel of whole sequences keeps
+  ``scan.block {threads}`` and ``scan.thread {elements}``);
 * ``scan.store {outputs}``: the outputs the kernels write, chosen by the ``outputs`` option
   (:func:`stored_outputs`): by default the readouts when the recurrence has any, so a state
   that nobody asked for is never written; ``<state>_last`` (``h_last``) is the state after the
@@ -117,11 +119,17 @@ class Grid:
 @dataclass(frozen=True)
 class Lookback:
     """How far the look-back sees per round trip: ``lanes`` lanes of a warp, each examining
-    ``tiles_per_lane`` consecutive tiles; ``elements`` a thread of its tile."""
+    ``tiles_per_lane`` consecutive tiles; ``elements`` a thread of its tile, ``threads`` a
+    block (its block tree is ``scan.block``'s tree over these threads)."""
 
     lanes: int
     tiles_per_lane: int
     elements: int
+    threads: int
+
+    def sweeps(self, tree: str) -> tuple[Sweep, ...]:
+        """The levels of the look-back block's tree (``tree`` over :attr:`threads`)."""
+        return sweeps_of(tree, self.threads)
 
 
 #: where the sums over the lanes of a readout are computed (``scan.lane_sum``'s scheme)
@@ -264,6 +272,22 @@ def lookback_elements(form: Any, options: Any) -> int:
         else E
 
 
+#: the fewest threads of a look-back block whose threads compose 16 elements
+#: (``lookback_threads="auto"`` on the GPU; see :class:`explorer.codegen.options.Options`)
+LOOKBACK_THREADS = 256
+
+
+def lookback_threads(form: Any, options: Any, elements: int) -> int:
+    """``lookback_threads`` resolved for a look-back tile of ``elements`` a thread: at least
+    LOOKBACK_THREADS on the GPU where that is 16 (the scalar first-order default),
+    ``block_size`` otherwise."""
+    if options.lookback_threads != "auto":
+        return int(options.lookback_threads)
+    if options.target == "cuda" and elements == 16:
+        return max(int(options.block_size), LOOKBACK_THREADS)
+    return int(options.block_size)
+
+
 def choose_plan(form: Any, options: Any) -> Plan:
     """The plan for ``form`` under ``options`` (what ``scan-plan`` writes as ops)."""
     from explorer.codegen.contract import CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM, UNCHUNKED_FROM
@@ -281,13 +305,14 @@ def choose_plan(form: Any, options: Any) -> Plan:
                           f"recurrence ({', '.join(form.recurrence.inputs)})")
     if o.strategy in TREES:
         look = lookback_elements(form, o)
-        grid = (Grid("lookback", direction, o.block_size * look, 1, CHUNK_FILL,
+        threads = lookback_threads(form, o, look)
+        grid = (Grid("lookback", direction, threads * look, 1, CHUNK_FILL,
                      LOOKBACK_UNCHUNKED_FROM)
                 if scheme == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size), grid,
-                    lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look)
+                    lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look, threads)
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
                     vector_width=o.vector_elements,
@@ -334,7 +359,8 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
     if plan.lookback is not None:
         scan.create("lookback", {"lanes": plan.lookback.lanes,
                                  "tiles_per_lane": plan.lookback.tiles_per_lane,
-                                 "elements": plan.lookback.elements})
+                                 "elements": plan.lookback.elements,
+                                 "threads": plan.lookback.threads})
     scan.create("store", {"outputs": list(plan.stored)})
     for name, k in plan.reads:
         scan.create("read", {"input": name, "offset": k})
@@ -375,7 +401,7 @@ def plan_from_dict(raw: Any) -> Plan:
                 str(raw["tree"]), sweeps,
                 Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
-                lookback_from(raw.get("lookback")),
+                lookback_from(raw.get("lookback"), int(raw["threads"])),
                 tuple(str(o) for o in raw["stored"]), lane_sum_from(raw.get("lane_sum")),
                 bool(raw.get("segments", False)), int(raw.get("vector_width", 1)),
                 str(raw.get("layout", "staged")), reads_from(raw.get("reads")))
@@ -431,7 +457,7 @@ def read_plan(module_op: Any) -> Plan:
                 grid=Grid(grid["scheme"], grid["direction"], grid["tile"], grid["min_tiles"],
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
-                lookback=lookback_from(look), stored=tuple(store["outputs"]),
+                lookback=lookback_from(look, block["threads"]), stored=tuple(store["outputs"]),
                 lane_sum=lane_sum_from(lane_sum), segments=segments is not None,
                 vector_width=thread["vector_width"] if thread else 1,
                 layout=thread["layout"] if thread else "staged",

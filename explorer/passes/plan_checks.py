@@ -59,7 +59,9 @@ def check_lane_sum(plan: Any) -> None:
                          f"({list(plan.stored)})")
 
 
-def lookback_from(raw: Any) -> Any:
+def lookback_from(raw: Any, threads: int) -> Any:
+    """A plan's look-back (None: none); ``threads``, the block's, where it names none (a plan
+    written before the look-back block had threads of its own)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -69,7 +71,8 @@ def lookback_from(raw: Any) -> Any:
         raise ValueError(f"a plan's lookback lacks {', '.join(missing)}")
     from explorer.passes.plan import Lookback
 
-    return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]), int(raw["elements"]))
+    return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]), int(raw["elements"]),
+                    int(raw.get("threads", threads)))
 
 
 def check_lookback(plan: Any) -> None:
@@ -88,9 +91,13 @@ def check_lookback(plan: Any) -> None:
         if not 1 <= e <= EMAX or e & (e - 1):
             raise ValueError(f"a look-back tile of {e} elements a thread is not one the "
                              f"lowering implements (a power of two up to {EMAX})")
-        if plan.grid.tile != plan.threads * e:
+        n = look.threads
+        if not 32 <= n <= 1024 or n & (n - 1):
+            raise ValueError(f"a look-back block of {n} threads is not one the lowering "
+                             "implements (a power of two from a warp to 1024)")
+        if plan.grid.tile != n * e:
             raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
-                             f"{plan.threads} threads x {e} elements")
+                             f"{n} threads x {e} elements")
 
 
 def reads_from(raw: Any) -> tuple[tuple[str, int], ...]:

@@ -154,7 +154,9 @@ class TreeView(View):
             if plan.lookback is not None:
                 window = plan.lookback.lanes * plan.lookback.tiles_per_lane
                 layout += (f": sequences too few to fill the GPU are cut into tiles of "
-                           f"{grid.tile} steps, one a block, in one pass; each block looks "
+                           f"{grid.tile} steps ({plan.lookback.threads} threads x "
+                           f"{plan.lookback.elements} elements), one a block, in one pass; "
+                           "each block looks "
                            f"back over the tiles before it, {window} a round trip "
                            f"(<code>scan.lookback</code>: {plan.lookback.lanes} lanes x "
                            f"{plan.lookback.tiles_per_lane} tiles)")

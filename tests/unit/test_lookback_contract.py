@@ -113,14 +113,66 @@ def test_bad_lookback_elements_are_refused(bad: object) -> None:
 
 
 def test_the_lookback_kernel_has_a_tile_of_its_own():
-    """Whole sequences run the plain kernel's 8 elements a thread, tiles the look-back kernel's
-    16: the contract's chunk rule and the kernels' shared memory follow each."""
+    """Whole sequences run the plain kernel's 128 threads by 8 elements, tiles the look-back
+    kernel's 256 threads by 16 (``lookback_threads="auto"`` on the GPU): the contract's chunk
+    rule, the kernels' launch geometry and their shared memory follow each."""
     c = ex.compile(AFFINE, target="cuda", strategy="blelloch", grid="lookback")
     assert c.scan_plan.elements == 8 and c.scan_plan.lookback.elements == 16
+    assert c.scan_plan.threads == 128 and c.scan_plan.lookback.threads == 256
     whole, tiles = parse_kernels([dict(k, ptx="kernel.ptx") for k in c.kernels])
     rule = next(a.chunk_rule for a in tiles.args if a.chunk_rule is not None)
-    assert rule.tile == 128 * 16
-    # the look-back kernel's stage holds 2048 floats (padded) a buffer, the plain one's 1024
+    assert rule.tile == 256 * 16
+    assert tuple(whole.block) == (128, 1, 1) and tuple(tiles.block) == (256, 1, 1)
+    # the look-back kernel's stage holds 4096 floats (padded) a buffer, the plain one's 1024;
+    # its tree's aggregates 256 (padded, and two slots)
     module = c.stages["scan-lower"].text
-    assert "memref<2112xf32, #gpu.address_space<workgroup>>" in module
+    assert "memref<4224xf32, #gpu.address_space<workgroup>>" in module
+    assert "memref<266xf32, #gpu.address_space<workgroup>>" in module
     assert "memref<1056xf32, #gpu.address_space<workgroup>>" in module
+
+
+def test_lookback_threads_are_the_lookback_blocks_own():
+    """``lookback_threads`` sizes the look-back block alone (its tree, tile and launch); the
+    plain kernel keeps ``block_size``. "auto" keeps ``block_size`` on the CPU and for tiles of
+    other than 16 elements a thread; an option out of range is refused."""
+    import numpy as np
+
+    from explorer.errors import OptionError
+
+    small = {"block_size": 32, "elements_per_thread": 2, "lookback_elements": 4}
+    for target in ("cpu", "cuda"):
+        c = ex.compile(AFFINE, target=target, grid="lookback", **small)
+        assert c.scan_plan.lookback.threads == 32 and c.scan_plan.grid.tile == 128
+    c = ex.compile(AFFINE, target="cpu", grid="lookback", lookback_threads=64, **small)
+    plan = c.scan_plan
+    assert (plan.threads, plan.lookback.threads, plan.grid.tile) == (32, 64, 256)
+    assert plan.lookback.sweeps(plan.tree)[-1].active == 32   # the last down-sweep level
+    # a sequence of several look-back tiles and a part of one, against the float64 reference
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.8, 1.0, (2, 1000)).astype(np.float32)
+    b = rng.standard_normal((2, 1000)).astype(np.float32)
+    got = c(a=a, b=b)
+    ref = ex.reference(AFFINE, a=a, b=b)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * float(np.abs(ref).max()))
+    cuda = ex.compile(AFFINE, target="cuda", grid="lookback", lookback_threads=64, **small)
+    assert [tuple(k["block"]) for k in cuda.kernels] == [(32, 1, 1), (64, 1, 1)]
+    for bad in (16, 48, 2048, "many", True):
+        with pytest.raises(OptionError, match="lookback_threads"):
+            ex.compile(AFFINE, target="cuda", grid="lookback", lookback_threads=bad)
+
+
+def test_a_recorded_plan_without_lookback_threads_takes_the_blocks():
+    """A plan recorded before the look-back block had threads of its own says none: its
+    look-back block is the plain block, as its kernels were built; a tampered count is
+    refused."""
+    import dataclasses
+
+    from explorer.passes.plan import plan_from_dict
+
+    c = ex.compile(AFFINE, target="cuda", grid="lookback", lookback_threads=128)
+    raw = dataclasses.asdict(c.scan_plan)     # what a compiled record keeps
+    del raw["lookback"]["threads"]
+    assert plan_from_dict(raw).lookback.threads == 128
+    raw["lookback"]["threads"] = 48
+    with pytest.raises(ValueError, match="look-back block of 48 threads"):
+        plan_from_dict(raw)
