@@ -186,7 +186,7 @@ def options_for(options: Options, plan: Any) -> Options:
     """The options the emitters follow, with every decision of the plan taken from the plan."""
     from dataclasses import replace
 
-    reverse = plan.grid.direction == "reverse"
+    reverse, look = plan.grid.direction == "reverse", plan.lookback
     if plan.tree == "none":
         return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse,
                        outputs=plan.stored, varlen=plan.segments, read_offsets=plan.reads)
@@ -195,12 +195,9 @@ def options_for(options: Options, plan: Any) -> Options:
                    elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
                    reverse=reverse, grid=plan.grid.scheme, vector_width=plan.vector_width,
                    tile_layout=plan.layout,
-                   lookback_tiles=(plan.lookback.tiles_per_lane if plan.lookback is not None
-                                   else options.lookback_tiles),
-                   lookback_elements=(plan.lookback.elements if plan.lookback is not None
-                                      else options.lookback_elements),
-                   lookback_threads=(plan.lookback.threads if plan.lookback is not None
-                                     else options.lookback_threads))
+                   lookback_tiles=look.tiles_per_lane if look else options.lookback_tiles,
+                   lookback_elements=look.elements if look else options.lookback_elements,
+                   lookback_threads=look.threads if look else options.lookback_threads)
 
 
 def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
@@ -308,8 +305,7 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
         count = stage_counts(gen.form, gen.options, plan)[spec.role]
         stage, aggbuf = shared[:count], shared[count:count + width]
         if spec.role == "lookback":
-            # the look-back block's own tree: scan.block's over scan.lookback's threads
-            gen.sweeps = plan.lookback.sweeps(plan.tree)
+            gen.sweeps = plan.lookback.sweeps(plan.tree)   # its block's own tree
             lookback_block(gen, th, bid, stage, aggbuf)
         elif spec.channels == "block":
             split = lane_loop_split(gen.form, plan)
