@@ -142,9 +142,22 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     from explorer.passes.plan import plan_from_dict
 
     plan = plan_from_dict(payload["plan"])
+    _lookback_block(plan, kernels)
     return Compiled(rec, form, plan.picture(plan.threads), strategy, target, checked,
                     stages, passes, kernels, "", ptx, llvm_ir, ptx_info, key, from_cache=True,
                     trusted=False, scan_plan=plan)
+
+
+def _lookback_block(plan: Any, kernels: list[dict[str, Any]]) -> None:
+    """The plan's look-back threads are its look-back kernel's block: a record whose plan says
+    otherwise is refused (the runtime would launch the kernel's block, the explorer show the
+    plan's)."""
+    if plan.lookback is None:
+        return
+    blocks = [k.get("block") for k in kernels if str(k.get("name", "")).endswith("_lookback")]
+    if blocks != [[plan.lookback.threads, 1, 1]]:
+        raise ValueError(f"the record's plan (look-back blocks of {plan.lookback.threads} "
+                         f"threads) disagrees with its look-back kernel's block ({blocks!r:.60})")
 
 
 def _param_rows(opts: dict[str, Any], form: Any, kernels: list[dict[str, Any]]

@@ -285,3 +285,31 @@ def test_a_record_from_before_param_rows_says_what_its_kernels_do(tmp_path):
     assert compiler.load_compiled(path).options["param_rows"] == "auto"
     _rewrite(path, lambda p: (p["options"].pop("param_rows", None), _drop_moduli(p)))
     assert compiler.load_compiled(path).options["param_rows"] == "channel"
+
+
+def _lookback_plan(p, threads, block=None, drop=False):
+    look = p["plan"]["lookback"]
+    look["threads"] = threads
+    p["plan"]["grid"]["tile"] = threads * look["elements"]
+    if drop:
+        del look["threads"]
+    for k in p["kernels"]:
+        if block is not None and k["name"].endswith("_lookback"):
+            k["block"] = [block, 1, 1]
+
+
+def test_a_record_whose_lookback_threads_disagree_with_its_kernel_is_refused(tmp_path):
+    """The runtime launches the look-back kernel's block, the explorer shows the plan's
+    ``scan.lookback {threads}``: a record where they differ is refused, re-hashed or not; one
+    written before the field (its plan names no threads, its look-back kernel has the plain
+    block) loads with the block's threads."""
+    c = ex.compile(ex.PRESETS["affine scan"], target="cuda", strategy="blelloch")
+    assert c.scan_plan.lookback.threads == 256
+    path = c.dump(tmp_path / "r.json")
+    assert compiler.load_compiled(path).scan_plan.lookback.threads == 256
+    _rewrite(path, lambda p: _lookback_plan(p, 128))
+    with pytest.raises(ValueError, match="look-back kernel's block"):
+        compiler.load_compiled(path)
+    _rewrite(path, lambda p: _lookback_plan(p, 128, block=128, drop=True))
+    old = compiler.load_compiled(path)
+    assert old.scan_plan.lookback.threads == 128 and old.scan_plan.grid.tile == 128 * 16
