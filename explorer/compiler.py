@@ -211,8 +211,8 @@ def _grid_text(plan: Any) -> str:
     whole = (f"  4. scan.grid ({g.scheme}): a whole sequence per block when there are at least "
              f"{g.unchunked_from} x the GPU's block slots of sequences, else ")
     if plan.lookback is not None:
-        window = plan.lookback.lanes * plan.lookback.tiles_per_lane
         look = plan.lookback
+        window = look.lanes * look.tiles_per_lane
         return (whole + f"one tile of {look.threads} threads x {look.elements} elements per "
                 "block, in one pass: the block publishes its tile's "
                 "aggregate, warp 0 looks back over the tiles before it (scan.lookback: "

@@ -151,10 +151,10 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
             if options.target == "cuda" and _shared_bytes(arrays) > SHARED_LIMIT:
                 raise OptionError(
                     f"a Blelloch tile of {tile_steps(options, plan, role)} elements "
-                    f"({gen_counts[role]} staged "
-                    f"arrays, elements of {alg.width} floats) needs {static} bytes of shared "
-                    f"memory, more than {SHARED_LIMIT}: lower block_size * "
-                    "elements_per_thread")
+                    f"({gen_counts[role]} staged arrays, elements of {alg.width} floats) "
+                    f"needs {static} bytes of shared memory, more than {SHARED_LIMIT}: lower "
+                    + ("lookback_threads * lookback_elements" if role == "lookback"
+                       else "block_size * elements_per_thread"))
             # past CUDA's 48 KiB of static shared memory the arrays are carved out of the
             # block's dynamic shared memory, which the launch opts in to
             dynamic = (_shared_bytes(arrays) if options.target == "cuda"

@@ -277,7 +277,7 @@ def lookback_elements(form: Any, options: Any) -> int:
 LOOKBACK_THREADS = 256
 
 
-def lookback_threads(form: Any, options: Any, elements: int) -> int:
+def lookback_threads(options: Any, elements: int) -> int:
     """``lookback_threads`` resolved for a look-back tile of ``elements`` a thread: at least
     LOOKBACK_THREADS on the GPU where that is 16 (the scalar first-order default),
     ``block_size`` otherwise."""
@@ -305,7 +305,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
                           f"recurrence ({', '.join(form.recurrence.inputs)})")
     if o.strategy in TREES:
         look = lookback_elements(form, o)
-        threads = lookback_threads(form, o, look)
+        threads = lookback_threads(o, look)
         grid = (Grid("lookback", direction, threads * look, 1, CHUNK_FILL,
                      LOOKBACK_UNCHUNKED_FROM)
                 if scheme == "lookback" else
