@@ -160,6 +160,11 @@ class TreeView(View):
                            f"back over the tiles before it, {window} a round trip "
                            f"(<code>scan.lookback</code>: {plan.lookback.lanes} lanes x "
                            f"{plan.lookback.tiles_per_lane} tiles)")
+                if plan.lookback.threads != plan.threads:
+                    levels = len(plan.lookback.sweeps(plan.tree))
+                    layout += (f"; a look-back block runs the same {html.escape(plan.tree)} "
+                               f"tree over its {plan.lookback.threads} threads ({levels} levels; "
+                               f"the picture is the plain block's)")
             elif grid.scheme == "chunked":
                 layout += (": sequences too few to fill the GPU are cut into chunks of whole "
                            f"tiles of {grid.tile} steps (reduce, carry, rescan)")

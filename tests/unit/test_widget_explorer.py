@@ -450,6 +450,7 @@ def test_the_grid_box_compiles_the_lookback_plan() -> None:
     info = _visible_text(widget.tree_view.info.value)
     assert "tiles of 128 steps" in info and "32 a round trip" in html.unescape(info)
     assert '"scan.lookback"' in html.unescape(_visible_text(widget.tree_view.ops.value))
+    assert "look-back block runs" not in info     # its threads are the block's here
     widget.run.length.value = 700
     widget.run.channels.value = 2
     rows = widget.run.run_and_check()
@@ -741,3 +742,15 @@ def test_the_backward_toggle_on_a_bad_text_says_why_and_stays_off() -> None:
     assert w.backward.button.value is False
     assert w.error is not None and w.error_box.value
     assert w.text.value == "h[t] = a[t] * h[t-1] +"
+
+
+def test_the_scan_tree_names_a_lookback_block_of_its_own() -> None:
+    """Where the look-back block has threads of its own (``lookback_threads``), the Scan tree
+    tab says so: the same tree over its threads, and which block the picture draws."""
+    widget = Explorer(ex.compile(AFFINE, target="cpu", block_size=32, elements_per_thread=2,
+                                 grid="lookback", lookback_threads=64))
+    assert widget.compiled.scan_plan.lookback.threads == 64
+    widget.show_tab("Scan tree")
+    info = html.unescape(_visible_text(widget.tree_view.info.value))
+    assert "tiles of 256 steps (64 threads x 4 elements)" in info
+    assert "a look-back block runs the same blelloch tree over its 64 threads (11 levels" in info
