@@ -250,7 +250,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         if single_tile:
             return built(tid, t0, True)
         whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
-        width = len(alg.identity().values())
+        width = alg.width
 
         def flat(masked: bool) -> list[Value]:
             return [v for e in built(tid, t0, masked) for v in e.values()]
