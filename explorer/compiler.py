@@ -160,8 +160,12 @@ def _plan_text(plan: Any) -> str:
               "kogge_stone": "the inclusive prefix of thread i - 1",
               "warp_shuffle": "lane i - 1's inclusive prefix, shuffled, after the warps "
                               "before"}[plan.tree]
+    shuffled = sum(sw.via == "shuffle" for sw in plan.sweeps)
     where = ("in registers and, across warps, shared memory: "
              f"{len(plan.sweeps)} sweeps, one barrier" if plan.tree == "warp_shuffle" else
+             f"in {len(plan.sweeps)} sweeps: the {shuffled} inside a warp by shuffles in "
+             f"registers (no barrier), the {len(plan.sweeps) - shuffled} across warps in shared "
+             "memory, a barrier after each" if shuffled else
              f"in shared memory, {len(plan.sweeps)} sweeps, a barrier after each")
     return (
         f"each block scans one chunk of a sequence in tiles of {B * E} steps ({B} threads x "

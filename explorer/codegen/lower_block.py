@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from mlir.dialects import arith, memref
-from mlir.ir import (
-    Value,
-)
+from mlir.ir import Value
 
 from explorer.codegen.emit import (
     Algebra,
@@ -27,7 +25,13 @@ from explorer.codegen.emit import (
     mul_i,
 )
 from explorer.codegen.gen import Gen, Stream
-from explorer.codegen.lower_warp import padded_slots, warp_tree, warp_tree_host
+from explorer.codegen.lower_warp import (
+    blelloch_down,
+    blelloch_up,
+    padded_slots,
+    warp_tree,
+    warp_tree_host,
+)
 from explorer.codegen.threads import (
     WARP,
     Threads,
@@ -164,6 +168,9 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     # tree leaves inclusive prefixes in shared memory, as Kogge-Stone's does
     shuffles = any(sw.phase == "shuffle" for sw in sweeps)
     in_registers = shuffles and th.gpu
+    # a Blelloch tree's levels inside a warp by shuffles (GPU; the host runs them all in shared
+    # memory): the aggregates in registers, a warp's last lane meeting the levels in shared memory
+    shuffled = th.gpu and any(sw.via == "shuffle" for sw in sweeps)
     inclusive = kogge_stone or shuffles
     nin = len(ins)
     last = arith.subi(end, ci(1))
@@ -302,16 +309,25 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             agg = els[0]
             for e in els[1:]:
                 agg = alg.combine(e, agg)
-            if in_registers:
+            if in_registers or shuffled:
                 kept["agg"] = [agg]
             else:
                 agg_store(pad(tid), agg)
         th.each(compose)
         # 3. the block tree over the bs aggregates, one sweep of the plan per level
         total_now: Element | None = None
+        shared_sweeps = [sw for sw in sweeps if not (shuffled and sw.via == "shuffle")]
+        last_lane = (arith.cmpi(arith.CmpIPredicate.eq, arith.remui(th.tid, ci(WARP)),
+                                ci(WARP - 1)) if shuffled else None)
         if in_registers:
             excl, total_now = warp_tree(th, alg, sweeps, kept["agg"][0], *slot_access)
             kept["prefix"] = [excl]
+        elif shuffled:
+            x, total_now = blelloch_up(th, alg, sweeps, kept["agg"][0], reduce)
+            kept["agg"] = [x]
+            if shared_sweeps:
+                if_then(last_lane, lambda: agg_store(pad(th.tid), x))   # type: ignore[arg-type]
+                th.barrier()
         else:
             th.barrier()
             if shuffles:
@@ -319,7 +335,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                 total_now = agg_load(pad(ci(bs - 1)))
         if total_now is not None and on_total is not None and not reduce:
             on_total(total_now)
-        for sw in (() if shuffles else sweeps):
+        for sw in (() if shuffles else shared_sweeps):
             if reduce and sw.phase in ("down",):
                 continue      # the reduce kernel wants the total alone: the up-sweep gives it
             off = sw.stride
@@ -350,6 +366,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             th.barrier()
             if on_total is not None and sw.phase == "up_root" and not reduce:
                 on_total(agg_load(total_slot))
+        if shuffled and not reduce:   # a warp's last lane back from shared memory, then
+            x = kept["agg"][0]          # the levels inside the warp: exclusive prefixes
+            if shared_sweeps:
+                x = select_element(last_lane, agg_load(pad(th.tid)), x, alg)  # type: ignore
+            kept["prefix"] = [blelloch_down(th, alg, sweeps, x)]
         if total_now is not None:
             total = total_now
         elif reduce:
@@ -363,7 +384,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
         def prefix(tid: Value) -> Element:
             """The exclusive prefix of thread ``tid``'s aggregate."""
-            if in_registers:
+            if in_registers or shuffled:
                 return kept["prefix"][0]
             if not inclusive:
                 return agg_load(pad(tid))

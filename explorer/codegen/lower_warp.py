@@ -1,4 +1,5 @@
-"""Lowering of the ``warp_shuffle`` block tree (``scan.sweep`` phases ``shuffle`` and ``warps``).
+"""Lowering of the ``warp_shuffle`` block tree (``scan.sweep`` phases ``shuffle`` and ``warps``),
+and of a Blelloch tree's levels inside a warp (``scan.sweep {via = "shuffle"}``).
 
 On the GPU the threads' aggregates stay in registers: each ``shuffle`` sweep of stride s is one
 Kogge-Stone level among the 32 lanes of a warp, lane i taking ``x[i] o x[i - s]`` from lane
@@ -77,6 +78,56 @@ def warp_tree(th: Threads, alg: Algebra, sweeps: Sequence[Any], agg: Element,
                                 alg)
         total = alg.combine(load(ci(j)), total)
     return alg.combine(excl, before), total
+
+
+def _lanes_at(lane: Value, s: int, k: int) -> Value:
+    """Whether ``lane`` is position ``k`` of its group of ``2 s`` lanes."""
+    return arith.cmpi(arith.CmpIPredicate.eq, arith.andi(lane, ci(2 * s - 1)), ci(k))
+
+
+def blelloch_up(th: Threads, alg: Algebra, sweeps: Sequence[Any], x: Element, reduce: bool
+                ) -> tuple[Element, Element | None]:
+    """GPU: the Blelloch up-sweep's levels inside a warp (``via = "shuffle"``) over this
+    thread's aggregate ``x``, lane ``p`` of each pair ``(p - s, p)`` taking ``x[p] o x[p - s]``
+    from lane ``p - s`` by ``gpu.shuffle up``. Returns the thread's value and, where the root is
+    inside the warp (a block of one warp), the block's total (the root then swapped as
+    ``up_root`` does in shared memory, unless ``reduce``)."""
+    assert th.tid is not None
+    lane = arith.remui(th.tid, ci(WARP))
+    total = None
+    for sw in sweeps:
+        if sw.via != "shuffle" or sw.phase not in ("up", "up_root"):
+            continue
+        s = int(sw.stride)
+        left = _shuffle_up(alg, x, s)
+        right_child = _lanes_at(lane, s, 2 * s - 1)
+        both = alg.combine(x, left)
+        if sw.phase == "up_root":
+            total = shuffle_element(alg, both, c32(WARP - 1), gpu.ShuffleMode.IDX)
+            if not reduce:
+                x = select_element(right_child, left, select_element(
+                    _lanes_at(lane, s, s - 1), alg.identity(), x, alg), alg)
+                continue
+        x = select_element(right_child, both, x, alg)
+    return x, total
+
+
+def blelloch_down(th: Threads, alg: Algebra, sweeps: Sequence[Any], x: Element) -> Element:
+    """GPU: the Blelloch down-sweep's levels inside a warp (``via = "shuffle"``): of each pair
+    ``(p - s, p)`` lane ``p - s`` takes lane ``p``'s value (``gpu.shuffle down``) and lane ``p``
+    composes lane ``p - s``'s after its own (``gpu.shuffle up``). Returns the thread's
+    exclusive prefix within the block."""
+    assert th.tid is not None
+    lane = arith.remui(th.tid, ci(WARP))
+    for sw in sweeps:
+        if sw.via != "shuffle" or sw.phase != "down":
+            continue
+        s = int(sw.stride)
+        from_right = shuffle_element(alg, x, c32(s), gpu.ShuffleMode.DOWN)
+        from_left = _shuffle_up(alg, x, s)
+        x = select_element(_lanes_at(lane, s, s - 1), from_right, select_element(
+            _lanes_at(lane, s, 2 * s - 1), alg.combine(from_left, x), x, alg), alg)
+    return x
 
 
 def warp_tree_host(th: Threads, alg: Algebra, sweeps: Sequence[Any], load: Load,

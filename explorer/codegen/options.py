@@ -50,6 +50,11 @@ TILE_LAYOUTS = ("auto", "staged", "direct")
 #: bytes of spill stores; the kernel took 2.12 ms at 8 x 1536 x 16 x 2^11 on an H100 before
 #: it, 3.52 ms after)
 PARAM_ROWS = ("auto", "modulus", "channel")
+#: where a Blelloch tree runs its levels inside a warp (``warp_sweeps=``, the plan's
+#: ``scan.sweep {via}``): ``shuffle`` in registers, the partners' values traded by
+#: ``gpu.shuffle`` with no barrier; ``shared`` through shared memory with a barrier after each
+#: level; ``auto`` ``shuffle`` on the GPU (:func:`explorer.passes.plan_options.shuffled_sweeps`)
+WARP_SWEEPS = ("auto", "shuffle", "shared")
 
 
 def layout_choice(target: str, strategy: str) -> bool:
@@ -124,17 +129,18 @@ class Options:
     #: tile and waits on the tiles before it, so a longer tile keeps more bytes in flight per
     #: wait. ``"auto"``: twice ``elements_per_thread`` (at most 16) for a scalar first-order
     #: state (measured on an H100 at 1 x 2^26: 16 a thread 0.77 of a copy, 8 a thread 0.64)
-    #: whose tile moves at most three arrays (:data:`explorer.passes.plan.LOOKBACK_WIDE_STREAMS`),
-    #: ``elements_per_thread`` otherwise (their elements take more registers)
+    #: whose tile moves at most three arrays
+    #: (:data:`explorer.passes.plan_options.LOOKBACK_WIDE_STREAMS`), ``elements_per_thread``
+    #: otherwise (their elements take more registers)
     lookback_elements: int | str = "auto"
-    #: threads of a look-back block, apart from the plain kernel's ``block_size`` (the
-    #: look-back kernel's tile is this times ``lookback_elements``). ``"auto"``: on the GPU,
-    #: at least :data:`explorer.passes.plan.LOOKBACK_THREADS` where a thread of the look-back
-    #: kernel composes 16 elements (a scalar first-order state's default), ``block_size``
-    #: otherwise: on an H200 the look-back kernel of 256 threads by 16 elements (one walk of
-    #: the tiles before it per 4096 steps) reached 0.79 of a copy at 1 x 2^26 in float32
-    #: against 0.76 for 128 by 16, 0.57 against 0.53 in bfloat16, where 128 threads kept the
-    #: plain kernel's tile fit for 1024-step sequences (README, *Speed*)
+    #: threads of a look-back block, apart from the plain kernel's ``block_size`` (the look-back
+    #: kernel's tile is this times ``lookback_elements``). ``"auto"``: on the GPU, at least
+    #: :data:`explorer.passes.plan_options.LOOKBACK_THREADS` where a thread of the look-back kernel
+    #: composes 16 elements (a scalar first-order state's default), ``block_size`` otherwise: on an
+    #: H200 the look-back kernel of 256 threads by 16 elements (one walk of the tiles before it per
+    #: 4096 steps) reached 0.79 of a copy at 1 x 2^26 in float32 against 0.76 for 128 by 16, 0.57
+    #: against 0.53 in bfloat16, where 128 threads kept the plain kernel's tile fit for 1024-step
+    #: sequences (README, *Speed*)
     lookback_threads: int | str = "auto"
     #: the outputs the kernels write: one of OUTPUTS, or a tuple of output names (resolved
     #: against the recurrence by the plan, :func:`explorer.passes.outputs.stored_outputs`)
@@ -159,6 +165,8 @@ class Options:
     read_offsets: tuple[tuple[str, int], ...] = ()
     #: one of PARAM_ROWS
     param_rows: str = "auto"
+    #: one of WARP_SWEEPS
+    warp_sweeps: str = "auto"
 
     @property
     def vector_elements(self) -> int:
@@ -214,7 +222,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
              "reverse", "grid", "lookback_tiles", "lookback_elements", "lookback_threads",
              "outputs", "out_dtype",
              "varlen", "vector_width", "fast_math", "tile_layout", "read_offsets",
-             "param_rows"}
+             "param_rows", "warp_sweeps"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -295,6 +303,14 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     if param_rows not in PARAM_ROWS:
         raise OptionError(f"unknown param_rows {param_rows!r:.40}; choose one of "
                           f"{', '.join(PARAM_ROWS)}")
+    warp_sweeps = options.get("warp_sweeps", defaults.warp_sweeps)
+    if warp_sweeps not in WARP_SWEEPS:
+        raise OptionError(f"unknown warp_sweeps {warp_sweeps!r:.40}; choose one of "
+                          f"{', '.join(WARP_SWEEPS)}")
+    if warp_sweeps == "shuffle" and strategy != "blelloch":
+        raise OptionError(f"warp_sweeps 'shuffle' moves a Blelloch tree's levels inside a "
+                          f"warp to shuffles; strategy {strategy!r} has no such levels "
+                          f"(warp_shuffle shuffles by itself)")
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
@@ -303,7 +319,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                    varlen=varlen, vector_width=vector_width, fast_math=fast_math,
                    tile_layout=tile_layout,
                    read_offsets=_read_offsets(options.get("read_offsets", ())),
-                   param_rows=param_rows)
+                   param_rows=param_rows, warp_sweeps=warp_sweeps)
 
 
 #: the farthest in time an input may be read in place (``read_offsets``), either way

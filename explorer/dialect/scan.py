@@ -12,7 +12,8 @@ step, and the last of them replaces them by ``gpu``/``scf``/``memref`` code:
 * after ``scan-plan``: the plan, from the innermost level out: ``scan.thread`` (elements composed
   serially in registers, and moved a vector of them at a time), ``scan.block`` (threads of a
   block and the tree over their aggregates), one ``scan.sweep`` per level of that tree (phase,
-  stride, active threads: a barrier between sweeps), ``scan.grid`` (how a sequence is spread
+  stride, active threads, and ``via``: ``shared`` memory with a barrier after the level, or
+  ``shuffle`` in registers inside a warp), ``scan.grid`` (how a sequence is spread
   over blocks), ``scan.store`` (the outputs the kernels write) and, for a vector state with
   readouts, ``scan.lane_sum`` (where the sums over the lanes are computed), and with
   ``varlen=True`` ``scan.segments`` (sequences packed along time, the state restarted at each
@@ -37,7 +38,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "readout": ("target", "expr", "lane_sum"),
     "thread": ("elements", "vector_width", "layout"),
     "block": ("threads", "tree"),
-    "sweep": ("phase", "stride", "active"),
+    "sweep": ("phase", "stride", "active", "via"),
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),
     "warp_tile": ("sequences", "steps"),
     "lookback": ("lanes", "tiles_per_lane", "elements", "threads"),

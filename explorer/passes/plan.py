@@ -12,11 +12,14 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   ``direct`` from registers (thread ``tid`` loads and stores its own E positions ``tid E + k``,
   no stage and no barrier for it; see :func:`tile_layout`);
 * ``scan.block {threads = B, tree = ...}``: B threads, and the tree that scans their B aggregates
-  in shared memory, spelled out as one ``scan.sweep {phase, stride, active}`` per level (a
+  in shared memory, spelled out as one ``scan.sweep {phase, stride, active, via}`` per level (a
   barrier after each): ``blelloch`` is an up-sweep (strides 1 .. B/2; the last level also sets
   the total aside and starts the down-sweep, phase ``up_root``) and a down-sweep (strides B/4 ..
-  1) giving exclusive prefixes; ``kogge_stone`` is ``log2 B`` levels of phase ``scan`` (stride
-  2^d, every thread i >= 2^d combining with i - 2^d) giving inclusive prefixes;
+  1) giving exclusive prefixes; on the GPU its levels whose pairs lie inside one warp (strides
+  1 .. 16) are ``via = "shuffle"`` (option ``warp_sweeps``): the aggregates stay in registers
+  and the partners' values come by ``gpu.shuffle``, with no barrier, the warp's last lane
+  meeting the levels in shared memory; ``kogge_stone`` is ``log2 B`` levels of phase ``scan``
+  (stride 2^d, every thread i >= 2^d combining with i - 2^d) giving inclusive prefixes;
   ``warp_shuffle`` keeps the aggregates in registers: five levels of phase ``shuffle`` (strides
   1 .. 16, Kogge-Stone among the 32 lanes of each warp, the values traded by ``gpu.shuffle up``,
   no barrier), then, for more than one warp, one level of phase ``warps`` (stride 32, ``active``
@@ -34,9 +37,9 @@ The plan says how the scan maps onto the machine, from the innermost level out:
 * ``scan.lookback {lanes = 32, tiles_per_lane, elements, threads}`` (look-back grids only): the
   warp that looks back examines ``lanes * tiles_per_lane`` tiles per round trip to memory; a
   look-back block has ``threads`` threads (its tree is ``scan.block``'s tree over them, the
-  sweeps ``sweeps_of(tree, threads)``), each composing ``elements`` elements (its tile,
-  ``scan.grid {tile}``, is ``threads * elements``; the plain kernel of whole sequences keeps
-  ``scan.block {threads}`` and ``scan.thread {elements}``);
+  sweeps ``sweeps_of(tree, threads)``, in shared memory), each composing ``elements``
+  elements (its tile, ``scan.grid {tile}``, is ``threads * elements``; the plain kernel of
+  whole sequences keeps ``scan.block {threads}`` and ``scan.thread {elements}``);
 * ``scan.store {outputs}``: the outputs the kernels write, chosen by the ``outputs`` option
   (:func:`stored_outputs`): by default the readouts when the recurrence has any, so a state
   that nobody asked for is never written; ``<state>_last`` (``h_last``) is the state after the
@@ -85,6 +88,12 @@ from explorer.passes.plan_checks import (
     lookback_from,
     reads_from,
 )
+from explorer.passes.plan_options import (
+    lookback_elements,
+    lookback_threads,
+    scalar_first_order,
+    shuffled_sweeps,
+)
 from explorer.passes.plans import WARP_LANES, Level, ScanPlan, Step, warp_levels
 from explorer.passes.state import ScanState
 
@@ -95,11 +104,14 @@ NAME = "scan-plan"
 class Sweep:
     """One level of the block tree: ``phase`` up / up_root / down (Blelloch), scan
     (Kogge-Stone) or shuffle / warps (warp shuffles), partners ``stride`` apart, ``active``
-    threads (warps for ``warps``) working."""
+    threads (warps for ``warps``) working. ``via``: ``shared`` (the level's values in shared
+    memory, a barrier after it) or ``shuffle`` (a Blelloch level whose pairs lie in one warp,
+    its values traded in registers by ``gpu.shuffle``, no barrier)."""
 
     phase: str
     stride: int
     active: int
+    via: str = "shared"
 
 
 #: the grid schemes of tree plans
@@ -128,7 +140,9 @@ class Lookback:
     threads: int
 
     def sweeps(self, tree: str) -> tuple[Sweep, ...]:
-        """The levels of the look-back block's tree (``tree`` over :attr:`threads`)."""
+        """The levels of the look-back block's tree (``tree`` over :attr:`threads`), all in
+        shared memory: with its Blelloch levels inside a warp shuffled, the look-back kernel
+        measured slower on an H200 (README, *Speed*)."""
         return sweeps_of(tree, self.threads)
 
 
@@ -169,6 +183,11 @@ class Plan:
     #: inputs read in place at another time (scan.read): (name, offset) pairs, sorted
     reads: tuple[tuple[str, int], ...] = ()
 
+    @property
+    def shuffled(self) -> bool:
+        """Whether the block tree's levels inside a warp trade values by shuffles."""
+        return any(sw.via == "shuffle" for sw in self.sweeps)
+
     def picture(self, positions: int = 16) -> ScanPlan:
         """The block tree over the first ``positions`` thread aggregates, level by level, as
         the sweeps of the IR define it (a :class:`ScanPlan` that draws and runs on NumPy)."""
@@ -201,13 +220,20 @@ class Plan:
         return ScanPlan(self.tree, n, n, tuple(levels))
 
 
-def sweeps_of(tree: str, threads: int) -> tuple[Sweep, ...]:
+def sweeps_of(tree: str, threads: int, shuffled: bool = False) -> tuple[Sweep, ...]:
+    """The levels of ``tree`` over ``threads`` threads; ``shuffled`` (Blelloch): the levels
+    whose pairs lie inside one warp (stride at most 16) trade their values by shuffles."""
     levels = threads.bit_length() - 1
     if tree == "blelloch":
-        up = [Sweep("up_root" if d == levels - 1 else "up", 1 << d, threads >> (d + 1))
+        def via(d: int) -> str:
+            return "shuffle" if shuffled and 2 << d <= WARP_LANES else "shared"
+        up = [Sweep("up_root" if d == levels - 1 else "up", 1 << d, threads >> (d + 1), via(d))
               for d in range(levels)]
-        down = [Sweep("down", 1 << d, threads >> (d + 1)) for d in reversed(range(levels - 1))]
+        down = [Sweep("down", 1 << d, threads >> (d + 1), via(d))
+                for d in reversed(range(levels - 1))]
         return tuple(up + down)
+    if shuffled:
+        raise ValueError(f"only a blelloch tree shuffles its levels inside a warp, not {tree!r}")
     if tree == "kogge_stone":
         return tuple(Sweep("scan", 1 << d, threads - (1 << d)) for d in range(levels))
     if tree == "warp_shuffle":
@@ -230,12 +256,6 @@ def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str
     return LaneSum(readouts, "readout-kernel" if grid == "lookback" else "lane-loop")
 
 
-def scalar_first_order(form: Any) -> bool:
-    """One state component, one lane: the look-back's packed protocol applies, and its element
-    is two floats."""
-    return not form.vector and tuple(form.A.shape) == (1, 1)
-
-
 def grid_scheme(form: Any, options: Any) -> str:
     """The grid level the options ask for, ``"auto"`` resolved: the look-back scan for a tree
     plan of a scalar first-order state (its tiles publish through the packed protocol of
@@ -250,42 +270,6 @@ def grid_scheme(form: Any, options: Any) -> str:
     fits = (options.strategy in TREES and scalar_first_order(form)
             and lookback_supported(options.chip))
     return "lookback" if fits else "chunked"
-
-
-#: the most arrays (timed inputs and stored outputs) whose look-back tile may take twice the
-#: elements a thread: the affine scan's three (a, b, h). The adjoint of the affine scan moves
-#: five (a_next, grad_h, fwd_h_prev in; lam_h, grad_sum_a out): with 16 elements a thread its
-#: look-back kernel took 283 us at 16 x 2^20 on an H100 (ptxas at 48 registers: 344 bytes of
-#: spills; 282 to 286 us at 1024, 768 and 640 threads an SM), with 8 149 us (24 bytes)
-LOOKBACK_WIDE_STREAMS = 3
-
-
-def lookback_elements(form: Any, options: Any) -> int:
-    """``lookback_elements`` resolved: twice ``elements_per_thread`` (at most 16) for a scalar
-    first-order state whose tile moves at most LOOKBACK_WIDE_STREAMS arrays,
-    ``elements_per_thread`` for the others."""
-    if options.lookback_elements != "auto":
-        return int(options.lookback_elements)
-    E = int(options.elements_per_thread)
-    streams = len(form.recurrence.inputs) + len(stored_outputs(form.recurrence, options.outputs))
-    return min(16, 2 * E) if scalar_first_order(form) and streams <= LOOKBACK_WIDE_STREAMS \
-        else E
-
-
-#: the fewest threads of a look-back block whose threads compose 16 elements
-#: (``lookback_threads="auto"`` on the GPU; see :class:`explorer.codegen.options.Options`)
-LOOKBACK_THREADS = 256
-
-
-def lookback_threads(options: Any, elements: int) -> int:
-    """``lookback_threads`` resolved for a look-back tile of ``elements`` a thread: at least
-    LOOKBACK_THREADS on the GPU where that is 16 (the scalar first-order default),
-    ``block_size`` otherwise."""
-    if options.lookback_threads != "auto":
-        return int(options.lookback_threads)
-    if options.target == "cuda" and elements == 16:
-        return max(int(options.block_size), LOOKBACK_THREADS)
-    return int(options.block_size)
 
 
 def choose_plan(form: Any, options: Any) -> Plan:
@@ -311,7 +295,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
                 if scheme == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
-                    sweeps_of(o.strategy, o.block_size), grid,
+                    sweeps_of(o.strategy, o.block_size, shuffled_sweeps(o)), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look, threads)
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
@@ -351,7 +335,8 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
         scan.create("warp_tile", {"sequences": WARP, "steps": plan.tile_steps})
     scan.create("block", {"threads": plan.threads, "tree": plan.tree})
     for sw in plan.sweeps:
-        scan.create("sweep", {"phase": sw.phase, "stride": sw.stride, "active": sw.active})
+        scan.create("sweep", {"phase": sw.phase, "stride": sw.stride, "active": sw.active,
+                              "via": sw.via})
     g = plan.grid
     scan.create("grid", {"scheme": g.scheme, "direction": g.direction, "tile": g.tile,
                          "min_tiles": g.min_tiles,
@@ -394,7 +379,8 @@ def plan_from_dict(raw: Any) -> Plan:
     ValueError, TypeError or KeyError when it is not one the lowering implements."""
     if not isinstance(raw, dict):
         raise TypeError("a plan is a JSON object")
-    sweeps = tuple(Sweep(str(s["phase"]), int(s["stride"]), int(s["active"]))
+    sweeps = tuple(Sweep(str(s["phase"]), int(s["stride"]), int(s["active"]),
+                         str(s.get("via", "shared")))
                    for s in raw["sweeps"])
     g = raw["grid"]
     plan = Plan(str(raw["strategy"]), int(raw["threads"]), int(raw["elements"]),
@@ -409,7 +395,8 @@ def plan_from_dict(raw: Any) -> Plan:
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
     if plan.tree in TREES:
-        if plan.sweeps != sweeps_of(plan.tree, threads):
+        if plan.sweeps != sweeps_of(plan.tree, threads, plan.tree == "blelloch"
+                                    and plan.shuffled):
             raise ValueError(f"the sweeps are not those of a {plan.tree} tree")
         if plan.grid.scheme not in TREE_GRIDS:
             raise ValueError(f"a tree plan's grid is one of {', '.join(TREE_GRIDS)}, "
@@ -443,10 +430,11 @@ def read_plan(module_op: Any) -> Plan:
                          f"(argument {SEGMENT_MARKS!r}, reset 'leaf')")
     if store is None:
         raise ValueError("the plan has no scan.store (which outputs the kernels write)")
-    sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"])
+    sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"], a["via"])
                    for a in map(scan.attrs, scan.ops(module_op, "sweep")))
     tree = block["tree"]
-    if tree in TREES and sweeps != sweeps_of(tree, block["threads"]):
+    shuffled = tree == "blelloch" and any(sw.via == "shuffle" for sw in sweeps)
+    if tree in TREES and sweeps != sweeps_of(tree, block["threads"], shuffled):
         raise ValueError(f"the sweeps of the {tree} tree over {block['threads']} threads are "
                          "not the ones its lowering implements")
     if (grid["scheme"] in TREE_GRIDS) != (tree in TREES):

@@ -148,7 +148,10 @@ class TreeView(View):
                       f"{plan.threads} thread aggregates in {len(plan.sweeps)} "
                       f"<code>scan.sweep</code> levels ("
                       + ("shuffles inside each warp, one barrier to join the warps"
-                         if plan.tree == "warp_shuffle" else "a barrier after each")
+                         if plan.tree == "warp_shuffle" else
+                         f"the {sum(sw.via == 'shuffle' for sw in plan.sweeps)} inside a warp "
+                         "by shuffles in registers, the others in shared memory with a barrier "
+                         "after each" if plan.shuffled else "a barrier after each")
                       + "); grid "
                       f"<code>{html.escape(grid.scheme)}</code>{direction}")
             if plan.lookback is not None:
@@ -160,11 +163,12 @@ class TreeView(View):
                            f"back over the tiles before it, {window} a round trip "
                            f"(<code>scan.lookback</code>: {plan.lookback.lanes} lanes x "
                            f"{plan.lookback.tiles_per_lane} tiles)")
-                if plan.lookback.threads != plan.threads:
+                if plan.lookback.threads != plan.threads or plan.shuffled:
                     levels = len(plan.lookback.sweeps(plan.tree))
                     layout += (f"; a look-back block runs the same {html.escape(plan.tree)} "
-                               f"tree over its {plan.lookback.threads} threads ({levels} levels; "
-                               f"the picture is the plain block's)")
+                               f"tree over its {plan.lookback.threads} threads ({levels} levels"
+                               + (", all in shared memory" if plan.shuffled else "")
+                               + "; the picture is the plain block's)")
             elif grid.scheme == "chunked":
                 layout += (": sequences too few to fill the GPU are cut into chunks of whole "
                            f"tiles of {grid.tile} steps (reduce, carry, rescan)")
@@ -241,8 +245,9 @@ class TreeView(View):
         if index is not None:
             sweep = self._compiled.scan_plan.sweeps[index]
             op = self._sweep_ops[index] if index < len(self._sweep_ops) else ""
-            head += (f"; in the block, {sweep.active} threads work at stride {sweep.stride}: "
-                     f"sweep {index + 1} of {len(self._compiled.scan_plan.sweeps)}, "
+            head += (f"; in the block, {sweep.active} threads work at stride {sweep.stride}"
+                     + (" (inside a warp, by shuffles)" if sweep.via == "shuffle" else "")
+                     + f": sweep {index + 1} of {len(self._compiled.scan_plan.sweeps)}, "
                      f"<code>{html.escape(op)}</code>")
         shown = level.steps[:self.MAX_LISTED]
         arrow = "⇄" if kind == "swaps" else "→"

@@ -1,0 +1,61 @@
+"""The plan's choices that the compile options leave to it (their ``"auto"`` values), resolved
+for a recurrence's affine form by :func:`explorer.passes.plan.choose_plan`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from explorer.passes.outputs import stored_outputs
+
+
+def scalar_first_order(form: Any) -> bool:
+    """One state component, one lane: the look-back's packed protocol applies, and its element
+    is two floats."""
+    return not form.vector and tuple(form.A.shape) == (1, 1)
+
+
+#: the most arrays (timed inputs and stored outputs) whose look-back tile may take twice the
+#: elements a thread: the affine scan's three (a, b, h). The adjoint of the affine scan moves
+#: five (a_next, grad_h, fwd_h_prev in; lam_h, grad_sum_a out): with 16 elements a thread its
+#: look-back kernel took 283 us at 16 x 2^20 on an H100 (ptxas at 48 registers: 344 bytes of
+#: spills; 282 to 286 us at 1024, 768 and 640 threads an SM), with 8 149 us (24 bytes)
+LOOKBACK_WIDE_STREAMS = 3
+
+
+def lookback_elements(form: Any, options: Any) -> int:
+    """``lookback_elements`` resolved: twice ``elements_per_thread`` (at most 16) for a scalar
+    first-order state whose tile moves at most LOOKBACK_WIDE_STREAMS arrays,
+    ``elements_per_thread`` for the others."""
+    if options.lookback_elements != "auto":
+        return int(options.lookback_elements)
+    E = int(options.elements_per_thread)
+    streams = len(form.recurrence.inputs) + len(stored_outputs(form.recurrence, options.outputs))
+    return min(16, 2 * E) if scalar_first_order(form) and streams <= LOOKBACK_WIDE_STREAMS \
+        else E
+
+
+#: the fewest threads of a look-back block whose threads compose 16 elements
+#: (``lookback_threads="auto"`` on the GPU; see :class:`explorer.codegen.options.Options`)
+LOOKBACK_THREADS = 256
+
+
+def lookback_threads(options: Any, elements: int) -> int:
+    """``lookback_threads`` resolved for a look-back tile of ``elements`` a thread: at least
+    LOOKBACK_THREADS on the GPU where that is 16 (the scalar first-order default),
+    ``block_size`` otherwise."""
+    if options.lookback_threads != "auto":
+        return int(options.lookback_threads)
+    if options.target == "cuda" and elements == 16:
+        return max(int(options.block_size), LOOKBACK_THREADS)
+    return int(options.block_size)
+
+
+def shuffled_sweeps(options: Any) -> bool:
+    """``warp_sweeps`` resolved: whether a Blelloch tree's levels inside a warp trade their
+    values by shuffles. ``auto``: on the GPU (the host runs every level as a loop over shared
+    memory). Measured on an H200 (README, *Speed*)."""
+    if options.strategy != "blelloch":
+        return False
+    if options.warp_sweeps != "auto":
+        return bool(options.warp_sweeps == "shuffle")
+    return bool(options.target == "cuda")
