@@ -29,6 +29,7 @@ from explorer.codegen.lower_warp import (
     blelloch_down,
     blelloch_up,
     padded_slots,
+    warp_last_lane,
     warp_tree,
     warp_tree_host,
 )
@@ -168,8 +169,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     # tree leaves inclusive prefixes in shared memory, as Kogge-Stone's does
     shuffles = any(sw.phase == "shuffle" for sw in sweeps)
     in_registers = shuffles and th.gpu
-    # a Blelloch tree's levels inside a warp by shuffles (GPU; the host runs them all in shared
-    # memory): the aggregates in registers, a warp's last lane meeting the levels in shared memory
+    # Blelloch levels inside a warp by shuffles (GPU), registers meeting shared memory at lane 31
     shuffled = th.gpu and any(sw.via == "shuffle" for sw in sweeps)
     inclusive = kogge_stone or shuffles
     nin = len(ins)
@@ -317,8 +317,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         # 3. the block tree over the bs aggregates, one sweep of the plan per level
         total_now: Element | None = None
         shared_sweeps = [sw for sw in sweeps if not (shuffled and sw.via == "shuffle")]
-        last_lane = (arith.cmpi(arith.CmpIPredicate.eq, arith.remui(th.tid, ci(WARP)),
-                                ci(WARP - 1)) if shuffled else None)
+        last_lane = warp_last_lane(th) if shuffled else None
         if in_registers:
             excl, total_now = warp_tree(th, alg, sweeps, kept["agg"][0], *slot_access)
             kept["prefix"] = [excl]

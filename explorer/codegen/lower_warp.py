@@ -80,6 +80,12 @@ def warp_tree(th: Threads, alg: Algebra, sweeps: Sequence[Any], agg: Element,
     return alg.combine(excl, before), total
 
 
+def warp_last_lane(th: Threads) -> Value:
+    """Whether this thread is its warp's last lane (GPU)."""
+    assert th.tid is not None
+    return arith.cmpi(arith.CmpIPredicate.eq, arith.remui(th.tid, ci(WARP)), ci(WARP - 1))
+
+
 def _lanes_at(lane: Value, s: int, k: int) -> Value:
     """Whether ``lane`` is position ``k`` of its group of ``2 s`` lanes."""
     return arith.cmpi(arith.CmpIPredicate.eq, arith.andi(lane, ci(2 * s - 1)), ci(k))
