@@ -127,7 +127,8 @@ def test_the_warp_shuffle_tree_trades_values_by_shuffles():
     """Its shuffle levels become ``shfl.sync.up`` in the PTX and leave the tree's shared-memory
     barriers out: the scan kernel has fewer barriers than the Blelloch tree's."""
     ws = ex.compile(AFFINE, target="cuda", strategy="warp_shuffle", block_size=128)
-    ble = ex.compile(AFFINE, target="cuda", strategy="blelloch", block_size=128)
+    ble = ex.compile(AFFINE, target="cuda", strategy="blelloch", block_size=128,
+                     warp_sweeps="shared")
     assert "shfl.sync.up" in (ws.ptx or "") and "shfl.sync.up" not in (ble.ptx or "")
     assert (ws.ptx or "").count("bar.sync") < (ble.ptx or "").count("bar.sync")
     assert ws.plan.levels == make_plan("warp_shuffle", 128).levels
