@@ -132,7 +132,10 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     are workspaces."""
     from explorer.passes.outputs import last_states, stored_outputs
     from explorer.passes.plan import grid_scheme, lane_sum_of
+    from explorer.passes.plan_options import resolve_tiles
 
+    if options is not None:
+        options = resolve_tiles(options, form.recurrence)   # a tile left open: the plan's
     if plan is not None and grid is None:
         grid = plan.grid
     # the grid level: the plan's, else what the options resolve to

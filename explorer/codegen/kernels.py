@@ -118,17 +118,20 @@ def _array_sizes(args: list[dict[str, Any]], C: Value, N: Value, L: Value,
     return sizes
 
 
-def _plan_of(form: Any, options: Options, plan: Any) -> Any:
+def _plan_of(form: Any, options: Options, plan: Any) -> tuple[Options, Any]:
+    """The options, their open tile resolved for ``form``; ``plan`` or scan-plan's choice."""
     from explorer.passes.plan import choose_plan
+    from explorer.passes.plan_options import resolve_tiles
 
-    return plan if plan is not None else choose_plan(form, options)
+    options = resolve_tiles(options, form.recurrence)
+    return options, plan if plan is not None else choose_plan(form, options)
 
 
 def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSpec]:
     """The kernels of a compile, in launch order, with their geometry (of ``plan``, by
     default the one ``scan-plan`` would choose)."""
-    plan = _plan_of(form, options, plan)
-    bs = options.block_size
+    options, plan = _plan_of(form, options, plan)
+    bs = int(options.block_size)
     block = (bs, 1, 1)
     alg = Algebra(form.A)
     out: list[KernelSpec] = []
@@ -172,7 +175,7 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
                                        int(options.lookback_elements), options.tile_layout)
                                        // threads) if role == "lookback"
                                    else max(1, lane_loop_threads_per_sm(
-                                       options.elements_per_thread) // bs) if lane_loop
+                                       int(options.elements_per_thread)) // bs) if lane_loop
                                    else 0),
                 channels="block" if lane_loop else None,
                 zeroes=(TILE_FLAGS,) if role == "lookback" else ()))
@@ -253,12 +256,9 @@ def _check_outputs(form: Any, plan: Any) -> None:
 def build_module(form: Any, options: Options, plan: Any = None) -> BuiltModule:
     """The kernels of ``form`` for ``options`` (and the plan ``scan-plan`` would choose) as a
     module of their own, as text: the lowering without the passes before it."""
-    from explorer.passes.plan import choose_plan
-
     with Context(), Location.unknown():
         module = Module.create()
-        built = lower_plan(module.operation, form, options,
-                           plan if plan is not None else choose_plan(form, options))
+        built = lower_plan(module.operation, form, *_plan_of(form, options, plan))
         if not module.operation.verify():
             raise CompileError("the generated module does not verify", ir_before=str(module))
         built.text = str(module)
@@ -456,7 +456,7 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
     ``scanweaver_<strategy>(args...)`` that launches them in order like the GPU runtime."""
     arg_types: list[Type] = [flat_memref() if a["role"] not in INT_ROLES else _i64()
                              for a in args]
-    bs = options.block_size
+    bs = int(options.block_size)
     with InsertionPoint(module_op.regions[0].blocks[0]):
         grid_fns = {}
         for spec in kernels:

@@ -63,8 +63,8 @@ def blelloch_shapes(options: Options, scheme: str, elements: int | None = None,
     ``threads`` threads (default ``block_size``) by ``elements`` a thread (default
     ``elements_per_thread``; the look-back kernel's own)."""
     slots = 2 if scheme == "lookback" else 1
-    E = options.elements_per_thread if elements is None else elements
-    B = options.block_size if threads is None else threads
+    E = int(options.elements_per_thread) if elements is None else elements
+    B = int(options.block_size) if threads is None else threads
     return ScanShapes(padded(B * E), padded(B) + slots)
 
 
@@ -73,7 +73,7 @@ def blelloch_block(gen: Gen, th: Threads, role: str, bid: Value, stage: Sequence
     """One block of the Blelloch kernels (role scan / reduce / carry)."""
     o = gen.options
     alg = gen.alg
-    E = o.elements_per_thread
+    E = int(o.elements_per_thread)
     assert gen.Tc is not None, "the Blelloch kernels take time_chunk"
     Tc = gen.Tc
     nch = ceil_div(gen.L, Tc)
@@ -184,7 +184,7 @@ def lane_loop_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     lanes), and its running sums of the lane terms, which go into ``acc`` once after the lanes
     (nothing to clear)."""
     alg = gen.alg
-    E = gen.options.elements_per_thread
+    E = int(gen.options.elements_per_thread)
     bs = th.bs
     T = bs * E
     assert gen.Tc is not None, "the chunked scan kernels take time_chunk"

@@ -113,7 +113,7 @@ def seq_layout(form: Any, options: Options, stored: Any = None, lane_sum: Any = 
     out_buffer = tuple(own[o] if o < len(own) else len(inputs) + o - len(own)
                        for o in range(nout))
     buffers = len(inputs) + max(0, nout - len(own))
-    warps = options.block_size // WARP
+    warps = int(options.block_size) // WARP
     room = VECTOR_TILE_SHARED if form.vector else TILE_SHARED
     for steps in (32, 16, 8):
         layout = SeqLayout(steps, inputs, private, out_buffer, buffers, warps, values, raw,

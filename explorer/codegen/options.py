@@ -98,15 +98,24 @@ STATIC_SHARED_LIMIT = 48 * 1024
 SHARED_LIMIT = 227 * 1024
 
 
+#: the plain kernel's tile (threads, elements a thread) where the plan does not choose another
+#: (:func:`explorer.passes.plan_options.resolve_tiles`), and the count left open beside a
+#: given one
+GENERAL_TILE = (128, 8)
+
+
 @dataclass(frozen=True)
 class Options:
     """Everything that shapes the generated code; part of the artifact's manifest."""
 
     strategy: str = "blelloch"
     target: str = "cuda"
-    # measured best on an H200 for both strategies (bench/kernel_speed.py)
-    block_size: int = 128
-    elements_per_thread: int = 8
+    #: threads of a block, and elements each composes (the plain kernel's tile). ``"auto"``
+    #: (both left open): the plan's choice for the recurrence
+    #: (:func:`explorer.passes.plan_options.resolve_tiles`); one given, the other is that of
+    #: :data:`GENERAL_TILE` (128 by 8)
+    block_size: int | str = "auto"
+    elements_per_thread: int | str = "auto"
     chunk_tiles: int = 8
     chip: str = "sm_90"
     dtype: str = "float32"
@@ -171,8 +180,9 @@ class Options:
     @property
     def vector_elements(self) -> int:
         """``vector_width`` resolved: the elements of one wide access (1: scalar accesses)."""
-        if self.vector_width == "auto":
-            return min(16 // (4 if self.dtype == "float32" else 2), self.elements_per_thread)
+        if self.vector_width == "auto":   # an open tile has at least VECTOR_MAX elements
+            E = VECTOR_MAX if self.elements_per_thread == "auto" else self.elements_per_thread
+            return min(16 // (4 if self.dtype == "float32" else 2), int(E))
         return int(self.vector_width)
 
     @property
@@ -187,7 +197,7 @@ class Options:
     @property
     def tile(self) -> int:
         """Elements of one sequence handled by one block per tile (Blelloch)."""
-        return self.block_size * self.elements_per_thread
+        return int(self.block_size) * int(self.elements_per_thread)
 
     @property
     def time_chunk(self) -> int:
@@ -228,10 +238,15 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
                           f"known: {', '.join(sorted(known))}")
     defaults = Options()
-    block_size = _power_of_two(options.get("block_size", defaults.block_size), "block_size",
-                               32, 1024)
-    ept = _power_of_two(options.get("elements_per_thread", defaults.elements_per_thread),
-                        "elements_per_thread", 1, 16)
+    block_size = options.get("block_size", defaults.block_size)
+    if block_size != "auto":
+        block_size = _power_of_two(block_size, "block_size", 32, 1024)
+    ept = options.get("elements_per_thread", defaults.elements_per_thread)
+    if ept != "auto":
+        ept = _power_of_two(ept, "elements_per_thread", 1, 16)
+    if (block_size == "auto") != (ept == "auto"):   # one given: the other the general tile's
+        block_size, ept = (GENERAL_TILE[0] if block_size == "auto" else block_size,
+                           GENERAL_TILE[1] if ept == "auto" else ept)
     chunk_tiles = _power_of_two(options.get("chunk_tiles", defaults.chunk_tiles), "chunk_tiles",
                                 1, 1024)
     chip = options.get("chip", defaults.chip)
@@ -279,7 +294,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     vector_width = options.get("vector_width", defaults.vector_width)
     if vector_width != "auto":
         vector_width = _power_of_two(vector_width, "vector_width (or 'auto')", 1, VECTOR_MAX)
-        if vector_width > ept:
+        if ept != "auto" and vector_width > int(ept):   # "auto" is at least VECTOR_MAX
             raise OptionError(f"vector_width {vector_width} is more than elements_per_thread "
                               f"{ept}: a thread loads its tile's elements in whole vectors")
     if (lookback_elements != "auto" and vector_width != "auto"

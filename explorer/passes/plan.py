@@ -91,6 +91,7 @@ from explorer.passes.plan_checks import (
 from explorer.passes.plan_options import (
     lookback_elements,
     lookback_threads,
+    resolve_tiles,
     scalar_first_order,
     shuffled_sweeps,
 )
@@ -277,7 +278,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
     from explorer.codegen.contract import CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM, UNCHUNKED_FROM
     from explorer.codegen.lower_sequential import seq_layout
 
-    o = options
+    o = resolve_tiles(options, form.recurrence)   # a tile left open: the plan's choice
     direction = "reverse" if o.reverse else "forward"
     stored = stored_outputs(form.recurrence, o.outputs)
     scheme = grid_scheme(form, o)

@@ -3,6 +3,7 @@ for a recurrence's affine form by :func:`explorer.passes.plan.choose_plan`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from explorer.passes.outputs import stored_outputs
@@ -59,3 +60,30 @@ def shuffled_sweeps(options: Any) -> bool:
     if options.warp_sweeps != "auto":
         return bool(options.warp_sweeps == "shuffle")
     return bool(options.target == "cuda")
+
+
+#: the plain kernel's tile (threads, elements a thread) where ``block_size`` and
+#: ``elements_per_thread`` are left open: :data:`SCALAR_TILE` for a scalar first-order state on the
+#: GPU whose tile moves at most LOOKBACK_WIDE_STREAMS arrays (a tree plan),
+#: :data:`explorer.codegen.options.GENERAL_TILE` for the rest (vector states, states of several
+#: components, adjoints, the sequential plan, the host). Measured on an H200 (the affine scan,
+#: Blelloch with its levels inside a warp shuffled, ``scanweaver bench``; the look-back kernel is
+#: the same for both, 256 by 16): 64 by 16 reached 0.894, 1.039 and 0.924 of a copy at 4096 x 2^10,
+#: 131072 x 2^11 and 1024 x 2^14 in float32 against 0.875, 1.039 and 0.909 for 128 by 8, in bfloat16
+#: 0.689, 0.920, 0.840 against 0.622, 0.754, 0.711 (README, *Speed*)
+SCALAR_TILE = (64, 16)
+
+
+def resolve_tiles(options: Any, rec: Any) -> Any:
+    """``options`` with ``block_size`` and ``elements_per_thread`` resolved for the
+    recurrence ``rec`` where both are open (a no-op otherwise)."""
+    from explorer.codegen.options import GENERAL_TILE
+    from explorer.passes.plan_checks import TREES
+
+    if options.block_size != "auto" or options.elements_per_thread != "auto":
+        return options     # given (validate fills a count left open beside a given one)
+    streams = len(rec.inputs) + len(stored_outputs(rec, options.outputs))
+    scalar = (options.target == "cuda" and options.strategy in TREES and not rec.vector
+              and sum(rec.order.values()) == 1 and streams <= LOOKBACK_WIDE_STREAMS)
+    B, E = SCALAR_TILE if scalar else GENERAL_TILE
+    return replace(options, block_size=B, elements_per_thread=E)

@@ -23,3 +23,9 @@ class ScanState:
     form: Any = None          # AffineForm, after scan-decompose
     plan: Any = None          # explorer.passes.plan.Plan, after scan-plan (read from the IR)
     built: Any = None         # explorer.codegen.kernels.BuiltModule, after the lowering
+
+    def __post_init__(self) -> None:
+        # the tile left open by the options is the plan's choice for this recurrence
+        from explorer.passes.plan_options import resolve_tiles
+
+        self.options = resolve_tiles(self.options, self.recurrence)

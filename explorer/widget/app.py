@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 _STRATEGY_LABELS = {"blelloch": "Blelloch (work-efficient tree)", "sequential": "sequential",
                     "kogge_stone": "Kogge-Stone", "warp_shuffle": "warp shuffles"}
-BLOCK_SIZES = [32, 64, 128, 256, 512, 1024]
-ELEMENTS_PER_THREAD = [1, 2, 4, 8, 16]
+#: "auto": the plan's tile for the recurrence (both left open; see *Options* in the README)
+BLOCK_SIZES: list[int | str] = ["auto", 32, 64, 128, 256, 512, 1024]
+ELEMENTS_PER_THREAD: list[int | str] = ["auto", 1, 2, 4, 8, 16]
 #: the labels of the ``outputs`` option's keywords (explorer.codegen.options.OUTPUTS)
 OUTPUTS_LABELS = {"readouts": "readouts (default)", "states": "states",
                   "all": "states and readouts"}
@@ -165,8 +166,8 @@ class Explorer(widgets.VBox):
     TAB_TITLES = ("Recurrence", "Affine", "Scan tree", "MLIR", "LLVM IR", "PTX", "Run")
 
     def __init__(self, recurrence: Any = None, *, target: str = "cuda",
-                 strategy: str = "blelloch", block_size: int | None = None,
-                 elements_per_thread: int | None = None, chip: str = "sm_90",
+                 strategy: str = "blelloch", block_size: int | str | None = None,
+                 elements_per_thread: int | str | None = None, chip: str = "sm_90",
                  dtype: str = "float32", reverse: bool = False, grid: str | None = None,
                  outputs: str | tuple[str, ...] | None = None,
                  fast_math: str | None = None, tile_layout: str | None = None) -> None:

@@ -604,7 +604,7 @@ def test_that_direct_adjoint_takes_its_own_tile_unless_one_is_given():
     assert vector.compile(target="cuda", block_size=32).options[tile[0]] == 32
     for other in (vector.compile(target="cpu"), vector.compile(target="cuda", tile_layout="staged"),
                   ex.grad(ex.PRESETS["affine scan"]).compile(target="cuda")):
-        assert (other.options["block_size"], other.options["elements_per_thread"]) == (128, 8)
+        assert (other.scan_plan.threads, other.scan_plan.elements) == (128, 8)
     # the operator passes the forward's tile to its adjoint only where it is not the default
     op = ex.compile(ex.PRESETS["selective scan"], target="cpu").torch()
     assert not set(tile) & set(op._options())

@@ -64,7 +64,20 @@ def fd2_captured() -> Iterator[list[str]]:
 # -- options ------------------------------------------------------------------------------------
 def test_defaults() -> None:
     o = validate("blelloch", "cuda")
-    assert (o.block_size, o.elements_per_thread, o.chip, o.dtype) == (128, 8, "sm_90", "float32")
+    assert (o.block_size, o.elements_per_thread, o.chip, o.dtype) == ("auto", "auto", "sm_90",
+                                                                      "float32")
+    # the tile left open is the plan's: 64 x 16 for a scalar first-order state on the GPU,
+    # 128 x 8 for the others; a count given alone takes the other from 128 x 8
+    from explorer.passes.plan_options import resolve_tiles
+
+    o = resolve_tiles(o, Recurrence.parse("h[t] = a[t] * h[t-1] + b[t]"))
+    assert (o.block_size, o.elements_per_thread) == (64, 16)
+    for text in ("h[t] = a[t] * h[t-1] + c[t] * h[t-2] + x[t]", MAMBA):
+        r = resolve_tiles(validate("blelloch", "cuda"), Recurrence.parse(text))
+        assert (r.block_size, r.elements_per_thread) == (128, 8)
+    assert validate(block_size=256).elements_per_thread == 8
+    assert validate(elements_per_thread=4).block_size == 128
+    o = validate("blelloch", "cuda", block_size=128)
     assert o.tile == 1024 and o.ptx_features == "+ptx78"
     assert o.chunk_tiles == 8 and o.time_chunk == 8 * 1024
 
@@ -184,7 +197,7 @@ def test_sequential_cuda_ir() -> None:
 def test_sequential_vector_stages_channel_inputs_once() -> None:
     from explorer.codegen.lower_sequential import seq_layout
 
-    lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda"))
+    lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda", block_size=128))
     # dt (read alone by exp(dt * A)) and the channel value dt * x (the channel's factors of
     # b = dt * B * x) by channel; B by lane
     assert lay.inputs == ("dt", "B", "#0")
@@ -248,7 +261,7 @@ def test_sequential_lanes_in_block() -> None:
     from explorer.passes.plan import choose_plan
 
     plan = choose_plan(form_of(MAMBA), validate("sequential", "cuda"))
-    lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda"), plan.stored,
+    lay = seq_layout(form_of(MAMBA), validate("sequential", "cuda", block_size=128), plan.stored,
                      plan.lane_sum)
     # x for the readout's D * x, and the channel value dt * x for the lanes' b = B * (dt * x)
     assert lay.inputs == ("dt", "B", "x", "C", "#0")

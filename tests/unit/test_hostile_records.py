@@ -303,7 +303,8 @@ def test_a_record_whose_lookback_threads_disagree_with_its_kernel_is_refused(tmp
     ``scan.lookback {threads}``: a record where they differ is refused, re-hashed or not; one
     written before the field (its plan names no threads, its look-back kernel has the plain
     block) loads with the block's threads."""
-    c = ex.compile(ex.PRESETS["affine scan"], target="cuda", strategy="blelloch")
+    c = ex.compile(ex.PRESETS["affine scan"], target="cuda", strategy="blelloch",
+                   block_size=128)
     assert c.scan_plan.lookback.threads == 256
     path = c.dump(tmp_path / "r.json")
     assert compiler.load_compiled(path).scan_plan.lookback.threads == 256

@@ -116,7 +116,11 @@ def test_the_lookback_kernel_has_a_tile_of_its_own():
     """Whole sequences run the plain kernel's 128 threads by 8 elements, tiles the look-back
     kernel's 256 threads by 16 (``lookback_threads="auto"`` on the GPU): the contract's chunk
     rule, the kernels' launch geometry and their shared memory follow each."""
-    c = ex.compile(AFFINE, target="cuda", strategy="blelloch", grid="lookback")
+    # the tile left open: 64 x 16 whole, the same look-back tile
+    auto = ex.compile(AFFINE, target="cuda", strategy="blelloch", grid="lookback").scan_plan
+    assert (auto.threads, auto.elements, auto.lookback.threads, auto.lookback.elements) == \
+        (64, 16, 256, 16)
+    c = ex.compile(AFFINE, target="cuda", strategy="blelloch", grid="lookback", block_size=128)
     assert c.scan_plan.elements == 8 and c.scan_plan.lookback.elements == 16
     assert c.scan_plan.threads == 128 and c.scan_plan.lookback.threads == 256
     whole, tiles = parse_kernels([dict(k, ptx="kernel.ptx") for k in c.kernels])
@@ -169,7 +173,7 @@ def test_a_recorded_plan_without_lookback_threads_takes_the_blocks():
 
     from explorer.passes.plan import plan_from_dict
 
-    c = ex.compile(AFFINE, target="cuda", grid="lookback", lookback_threads=128)
+    c = ex.compile(AFFINE, target="cuda", grid="lookback", lookback_threads=128, block_size=128)
     raw = dataclasses.asdict(c.scan_plan)     # what a compiled record keeps
     del raw["lookback"]["threads"]
     assert plan_from_dict(raw).lookback.threads == 128

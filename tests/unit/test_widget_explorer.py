@@ -702,7 +702,7 @@ def test_the_backward_on_the_gpu_takes_the_adjoints_tiles() -> None:
     w.backward.button.value = False
     assert w.tile_layout.value == "auto" and w.compiled.recurrence.text == text
     assert w.compiled.options["param_rows"] == "auto" and "param_rows" not in w.kept_options
-    assert (w.block_size.value, w.elements_per_thread.value) == (128, 8)
+    assert (w.block_size.value, w.elements_per_thread.value) == ("auto", "auto")
     # a tile chosen in the controls is the adjoint's too, as one given to compile() is
     w.block_size.value = 256
     w.backward.button.value = True
@@ -711,7 +711,7 @@ def test_the_backward_on_the_gpu_takes_the_adjoints_tiles() -> None:
     assert w.compiled.options["elements_per_thread"] == ADJOINT_TILE["elements_per_thread"]
     assert ex.grad(text).compile(target="cuda", block_size=256).options["block_size"] == 256
     w.backward.button.value = False
-    assert (w.block_size.value, w.elements_per_thread.value) == (256, 8)
+    assert (w.block_size.value, w.elements_per_thread.value) == (256, "auto")
 
 
 def test_the_backward_of_a_scalar_state_reads_the_forward_arrays_in_place() -> None:
