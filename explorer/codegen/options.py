@@ -238,6 +238,11 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
                           f"known: {', '.join(sorted(known))}")
     defaults = Options()
+    for name, low, high in (("block_size", 32, 1024), ("elements_per_thread", 1, 16)):
+        given = options.get(name)
+        if isinstance(given, str) and given != "auto":
+            raise OptionError(f"{name} must be 'auto' or an integer power of two in "
+                              f"[{low}, {high}], got {given!r:.40}")
     block_size = options.get("block_size", defaults.block_size)
     if block_size != "auto":
         block_size = _power_of_two(block_size, "block_size", 32, 1024)

@@ -77,6 +77,9 @@ def test_defaults() -> None:
         assert (r.block_size, r.elements_per_thread) == (128, 8)
     assert validate(block_size=256).elements_per_thread == 8
     assert validate(elements_per_thread=4).block_size == 128
+    for name in ("block_size", "elements_per_thread"):
+        with pytest.raises(OptionError, match=f"{name} must be 'auto' or an integer"):
+            validate(**{name: "AUTO"})
     o = validate("blelloch", "cuda", block_size=128)
     assert o.tile == 1024 and o.ptx_features == "+ptx78"
     assert o.chunk_tiles == 8 and o.time_chunk == 8 * 1024
