@@ -1,7 +1,8 @@
 """Lowering of the thread and block levels of a tree plan: each thread composes its elements
 in registers (``scan.thread``), then the block tree over the thread aggregates runs sweep by
 sweep as the plan's ``scan.sweep`` ops say (Blelloch up/down-sweep or Kogge-Stone levels), a
-barrier after each; then each thread applies its prefix to its elements.
+barrier after each (``via = "shuffle"``: in registers, :mod:`explorer.codegen.lower_warp`);
+then each thread applies its prefix to its elements.
 
 The tile's loads and stores, wide or not, and which positions a thread holds, are those of
 :mod:`explorer.codegen.tiles`.
@@ -169,7 +170,6 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     # tree leaves inclusive prefixes in shared memory, as Kogge-Stone's does
     shuffles = any(sw.phase == "shuffle" for sw in sweeps)
     in_registers = shuffles and th.gpu
-    # Blelloch levels inside a warp by shuffles (GPU), registers meeting shared memory at lane 31
     shuffled = th.gpu and any(sw.via == "shuffle" for sw in sweeps)
     inclusive = kogge_stone or shuffles
     nin = len(ins)
