@@ -317,7 +317,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         # 3. the block tree over the bs aggregates, one sweep of the plan per level
         total_now: Element | None = None
         shared_sweeps = [sw for sw in sweeps if not (shuffled and sw.via == "shuffle")]
-        last_lane = warp_last_lane(th) if shuffled else None
+        last_lane = warp_last_lane(th) if shuffled and shared_sweeps else None
         if in_registers:
             excl, total_now = warp_tree(th, alg, sweeps, kept["agg"][0], *slot_access)
             kept["prefix"] = [excl]

@@ -244,6 +244,13 @@ def sweeps_of(tree: str, threads: int, shuffled: bool = False) -> tuple[Sweep, .
     raise ValueError(f"unknown tree {tree!r}")
 
 
+def implemented_sweeps(tree: str, threads: int, sweeps: tuple[Sweep, ...]) -> bool:
+    """Whether ``sweeps`` are those of ``tree`` over ``threads`` threads, shuffled or not, as
+    the lowering implements them (a record's or an IR's levels)."""
+    shuffled = tree == "blelloch" and any(sw.via == "shuffle" for sw in sweeps)
+    return sweeps == sweeps_of(tree, threads, shuffled)
+
+
 def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str
                 ) -> LaneSum | None:
     """Where the stored readouts of a vector state sum its lanes (None: nothing to sum)."""
@@ -396,8 +403,7 @@ def plan_from_dict(raw: Any) -> Plan:
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
     if plan.tree in TREES:
-        if plan.sweeps != sweeps_of(plan.tree, threads, plan.tree == "blelloch"
-                                    and plan.shuffled):
+        if not implemented_sweeps(plan.tree, threads, plan.sweeps):
             raise ValueError(f"the sweeps are not those of a {plan.tree} tree")
         if plan.grid.scheme not in TREE_GRIDS:
             raise ValueError(f"a tree plan's grid is one of {', '.join(TREE_GRIDS)}, "
@@ -434,8 +440,7 @@ def read_plan(module_op: Any) -> Plan:
     sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"], a["via"])
                    for a in map(scan.attrs, scan.ops(module_op, "sweep")))
     tree = block["tree"]
-    shuffled = tree == "blelloch" and any(sw.via == "shuffle" for sw in sweeps)
-    if tree in TREES and sweeps != sweeps_of(tree, block["threads"], shuffled):
+    if tree in TREES and not implemented_sweeps(tree, block["threads"], sweeps):
         raise ValueError(f"the sweeps of the {tree} tree over {block['threads']} threads are "
                          "not the ones its lowering implements")
     if (grid["scheme"] in TREE_GRIDS) != (tree in TREES):

@@ -23,6 +23,12 @@ def scalar_first_order(form: Any) -> bool:
 LOOKBACK_WIDE_STREAMS = 3
 
 
+def few_streams(rec: Any, outputs: Any) -> bool:
+    """Whether a tile of ``rec`` moves at most LOOKBACK_WIDE_STREAMS arrays (its timed inputs
+    and the outputs that ``outputs`` stores)."""
+    return len(rec.inputs) + len(stored_outputs(rec, outputs)) <= LOOKBACK_WIDE_STREAMS
+
+
 def lookback_elements(form: Any, options: Any) -> int:
     """``lookback_elements`` resolved: twice ``elements_per_thread`` (at most 16) for a scalar
     first-order state whose tile moves at most LOOKBACK_WIDE_STREAMS arrays,
@@ -30,9 +36,8 @@ def lookback_elements(form: Any, options: Any) -> int:
     if options.lookback_elements != "auto":
         return int(options.lookback_elements)
     E = int(options.elements_per_thread)
-    streams = len(form.recurrence.inputs) + len(stored_outputs(form.recurrence, options.outputs))
-    return min(16, 2 * E) if scalar_first_order(form) and streams <= LOOKBACK_WIDE_STREAMS \
-        else E
+    return min(16, 2 * E) if scalar_first_order(form) and few_streams(form.recurrence,
+                                                                       options.outputs) else E
 
 
 #: the fewest threads of a look-back block whose threads compose 16 elements
@@ -82,8 +87,7 @@ def resolve_tiles(options: Any, rec: Any) -> Any:
 
     if options.block_size != "auto" or options.elements_per_thread != "auto":
         return options     # given (validate fills a count left open beside a given one)
-    streams = len(rec.inputs) + len(stored_outputs(rec, options.outputs))
     scalar = (options.target == "cuda" and options.strategy in TREES and not rec.vector
-              and sum(rec.order.values()) == 1 and streams <= LOOKBACK_WIDE_STREAMS)
+              and sum(rec.order.values()) == 1 and few_streams(rec, options.outputs))
     B, E = SCALAR_TILE if scalar else GENERAL_TILE
     return replace(options, block_size=B, elements_per_thread=E)
