@@ -210,10 +210,21 @@ def _wide_text(plan: Any) -> str:
                     "otherwise (vector_width=1 switches it off)\n")
 
 
+def short_text(plan: Any) -> str:
+    """What the plan's short kernel takes (empty without one)."""
+    s = plan.short
+    if s is None:
+        return ""
+    return (f"sequences of at most {s.longest} steps run whole in a kernel of their own, a "
+            f"block of {s.threads} threads x {s.elements} elements each (scan.short; "
+            "short_tile='none' leaves them to the plain kernel)")
+
+
 def _grid_text(plan: Any) -> str:
     g = plan.grid
-    whole = (f"  4. scan.grid ({g.scheme}): a whole sequence per block when there are at least "
-             f"{g.unchunked_from} x the GPU's block slots of sequences, else ")
+    short = f"{short_text(plan)}; longer ones " if plan.short is not None else ""
+    whole = (f"  4. scan.grid ({g.scheme}): {short}a whole sequence per block when there are "
+             f"at least {g.unchunked_from} x the GPU's block slots of sequences, else ")
     if plan.lookback is not None:
         look = plan.lookback
         window = look.lanes * look.tiles_per_lane

@@ -234,6 +234,9 @@ def _torch_assoc_setup(p: Problem) -> Prepared:
     def scan(a: Any, b: Any) -> Any:
         return associative_scan(_combine, (a, b), dim=-1, combine_mode="pointwise")[1]
 
+    # one compile a shape (dynamic=False): dynamo counts them per code object and fails past
+    # its recompile limit (8), so a run of more shapes starts each from a clean cache
+    torch._dynamo.reset()
     fn = torch.compile(scan, dynamic=False, fullgraph=True)
     result: dict[str, Any] = {}
 

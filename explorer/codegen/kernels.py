@@ -79,8 +79,21 @@ from explorer.codegen.lower_grid import (
 from explorer.codegen.lower_lookback import lookback_block, lookback_threads_per_sm
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
 from explorer.codegen.narrow import narrow_buffers
-from explorer.codegen.options import SHARED_LIMIT, STATIC_SHARED_LIMIT, Options
-from explorer.codegen.shared_layout import lane_loop_split, shared_arrays, stage_counts, tile_steps
+from explorer.codegen.options import (
+    SHARED_LIMIT,
+    STATIC_SHARED_LIMIT,
+    Options,
+    options_for,
+    tile_of,
+)
+from explorer.codegen.shared_layout import (
+    carve,
+    lane_loop_split,
+    shared_arrays,
+    shared_bytes,
+    stage_counts,
+    tile_steps,
+)
 from explorer.codegen.threads import Threads, flat_memref, for_loop, if_then
 from explorer.errors import CompileError, OptionError
 from explorer.frontend.names import SEGMENT_MARKS, TIME_CHUNK
@@ -148,29 +161,37 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
         lookback = plan.grid.scheme == "lookback"
         roles = ((("scan", ""), ("lookback", "_lookback")) if lookback else
                  (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")))
+        if plan.short is not None:
+            roles = (("short", "_short"), *roles)
         for role, suffix in roles:
-            arrays = shared_arrays(form, options, role, plan)
+            opts, layout_role = tile_of(options, plan, role)
+            arrays = shared_arrays(form, opts, layout_role, plan)
             static = sum(arrays) * 4
-            if options.target == "cuda" and _shared_bytes(arrays) > SHARED_LIMIT:
+            if options.target == "cuda" and shared_bytes(arrays) > SHARED_LIMIT:
                 raise OptionError(
-                    f"a Blelloch tile of {tile_steps(options, plan, role)} elements "
-                    f"({gen_counts[role]} staged arrays, elements of {alg.width} floats) "
+                    f"a Blelloch tile of {tile_steps(opts, plan, layout_role)} elements "
+                    f"({gen_counts[layout_role]} staged arrays, elements of {alg.width} floats) "
                     f"needs {static} bytes of shared memory, more than {SHARED_LIMIT}: lower "
                     + ("lookback_threads * lookback_elements" if role == "lookback"
                        else "block_size * elements_per_thread"))
             # past CUDA's 48 KiB of static shared memory the arrays are carved out of the
             # block's dynamic shared memory, which the launch opts in to
-            dynamic = (_shared_bytes(arrays) if options.target == "cuda"
+            dynamic = (shared_bytes(arrays) if options.target == "cuda"
                        and static > STATIC_SHARED_LIMIT else 0)
             whole_only = role == "scan" and lookback
             lane_loop = role == "scan" and lane_sum is not None and lane_sum.fused
-            threads = plan.lookback.threads if role == "lookback" else bs
+            threads = (plan.lookback.threads if role == "lookback" else
+                       int(opts.block_size))
+            # sequences up to the short kernel's longest run there, the rest here
+            longest = plan.short.longest if plan.short is not None else None
             out.append(KernelSpec(
                 f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, (threads, 1, 1), 1, dynamic,
                 0 if dynamic else static,
                 time_chunk=None if role == "carry" else TIME_CHUNK,
-                launch_when_longer_than=None if role == "scan" else TIME_CHUNK,
-                launch_unless_longer_than=TIME_CHUNK if whole_only else None,
+                launch_when_longer_than=(longest if role == "scan" else None if role == "short"
+                                         else TIME_CHUNK),
+                launch_unless_longer_than=(longest if role == "short" else
+                                           TIME_CHUNK if whole_only else None),
                 min_blocks_per_sm=(max(1, lookback_threads_per_sm(
                                        int(options.lookback_elements), options.tile_layout)
                                        // threads) if role == "lookback"
@@ -183,24 +204,6 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
         out.append(KernelSpec(f"{KERNEL_PREFIX}_readout", "readout", block, 1,
                               time_chunk=READOUT_CHUNK_TILES * bs))
     return out
-
-
-def options_for(options: Options, plan: Any) -> Options:
-    """The options the emitters follow, with every decision of the plan taken from the plan."""
-    from dataclasses import replace
-
-    reverse, look = plan.grid.direction == "reverse", plan.lookback
-    if plan.tree == "none":
-        return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse,
-                       outputs=plan.stored, varlen=plan.segments, read_offsets=plan.reads)
-    return replace(options, strategy=plan.tree, block_size=plan.threads, outputs=plan.stored,
-                   varlen=plan.segments, read_offsets=plan.reads,
-                   elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
-                   reverse=reverse, grid=plan.grid.scheme, vector_width=plan.vector_width,
-                   tile_layout=plan.layout,
-                   lookback_tiles=look.tiles_per_lane if look else options.lookback_tiles,
-                   lookback_elements=look.elements if look else options.lookback_elements,
-                   lookback_threads=look.threads if look else options.lookback_threads)
 
 
 def lower_plan(module_op: Any, form: Any, options: Options, plan: Any,
@@ -270,7 +273,8 @@ def _i64() -> IntegerType:
 
 
 def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[Value],
-          as_flat: Callable[[Value, Value], Value], plan: Any, locs: Locations) -> Gen:
+          as_flat: Callable[[Value, Value], Value], plan: Any, locs: Locations,
+          role: str = "scan") -> Gen:
     # sizes by role: an input may itself be called C (Mamba's readout matrix)
     size = {a["name"]: v for a, v in zip(args, values, strict=False) if a["role"] == "size"}
     row_div, row_mod = ({a["name"]: to_index(v) for a, v in zip(args, values, strict=False)
@@ -286,7 +290,8 @@ def _bind(form: Any, options: Options, args: list[dict[str, Any]], values: list[
     gen.row_mod = row_mod
     gen.marks = arrays[SEGMENT_MARKS] if plan.segments else None
     gen.Tc = Tc
-    gen.sweeps = plan.sweeps
+    gen.sweeps = (plan.short.sweeps(plan.tree, plan.shuffled) if role == "short" else
+                  plan.sweeps)
     gen.reverse = options.reverse
     gen.locs = dict(locs.names)
     gen.statement_locs = dict(locs.statements)
@@ -302,7 +307,8 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
         sequential_block(gen, th, lay, bid, shared[0], hs)
     else:
         width = gen.alg.width
-        count = stage_counts(gen.form, gen.options, plan)[spec.role]
+        role = "scan" if spec.role == "short" else spec.role
+        count = stage_counts(gen.form, gen.options, plan)[role]
         stage, aggbuf = shared[:count], shared[count:count + width]
         if spec.role == "lookback":
             gen.sweeps = plan.lookback.sweeps(plan.tree)   # its block's own tree
@@ -314,7 +320,7 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
             lane_loop_block(gen, th, bid, stage, aggbuf, rest[:len(split.channel_staged)],
                             rest[len(split.channel_staged):], split)
         else:
-            blelloch_block(gen, th, spec.role, bid, stage, aggbuf)
+            blelloch_block(gen, th, role, bid, stage, aggbuf)
 
 
 def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[str, Any]],
@@ -337,8 +343,8 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                     # ask ptxas for registers that leave room for this many blocks per SM
                     fn.attributes["nvvm.minctasm"] = IntegerAttr.get(
                         IntegerType.get_signless(32), spec.min_blocks_per_sm)
-                static = ([] if spec.shared_bytes else
-                          shared_arrays(form, options, spec.role, plan))
+                opts, role = tile_of(options, plan, spec.role)
+                static = [] if spec.shared_bytes else shared_arrays(form, opts, role, plan)
                 wg_types: list[Type] = [MemRefType.get([n], f32(), memory_space=workgroup)
                                         for n in static]
                 if wg_types:
@@ -357,7 +363,8 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                         dyn = ShapedType.get_dynamic_size()
                         return memref.reinterpret_cast(flat_memref(), v, [], [size], [], [0],
                                                        [dyn], [1])
-                    gen = _bind(form, options, args, values[:len(args)], as_flat, plan, locs)
+                    gen = _bind(form, opts, args, values[:len(args)], as_flat, plan, locs,
+                                spec.role)
                     shared = values[len(args):]
                     if spec.shared_bytes:
                         raw = gpu.dynamic_shared_memory(MemRefType.get(
@@ -366,33 +373,12 @@ def _cuda_module(module_op: Any, form: Any, options: Options, args: list[dict[st
                         view = MemRefType.get([ShapedType.get_dynamic_size()], f32(),
                                               memory_space=workgroup)
                         shared = [memref.view(view, raw, ci(offset), [ci(n)]) for offset, n
-                                  in _carve(shared_arrays(form, options, spec.role, plan))]
+                                  in carve(shared_arrays(form, opts, role, plan))]
                     th = Threads(True, spec.block[0], gpu.thread_id(gpu.Dimension.x))
                     _kernel_body(gen, spec, th, gpu.block_id(gpu.Dimension.x), shared, None,
                                  plan)
                     gpu.return_([])
         _cuda_host_launcher(args, arg_types, kernels)
-
-
-#: the alignment of each workgroup array (LLVM merges neighbouring shared loads into 16-byte
-#: vector loads, which fault on a less aligned buffer)
-SHARED_ALIGN = 16
-
-
-def _carve(sizes: Sequence[int]) -> list[tuple[int, int]]:
-    """(byte offset, floats) of each workgroup array laid out one after another, each
-    aligned to SHARED_ALIGN bytes."""
-    out, offset = [], 0
-    for n in sizes:
-        out.append((offset, n))
-        offset += -(-n * 4 // SHARED_ALIGN) * SHARED_ALIGN
-    return out
-
-
-def _shared_bytes(sizes: Sequence[int]) -> int:
-    """Bytes of shared memory the workgroup arrays ``sizes`` (floats) take, aligned."""
-    carved = _carve(sizes)
-    return carved[-1][0] + carved[-1][1] * 4 if carved else 0
 
 
 def _size_value(v: int | str, sizes: dict[str, Value]) -> Value:
@@ -418,13 +404,13 @@ def _grid_value(spec: KernelSpec, sizes: dict[str, Value]) -> Value:
 
 
 def _launch_if(spec: KernelSpec, sizes: dict[str, Value], launch: Callable[[], None]) -> None:
+    ok = arith.constant(IntegerType.get_signless(1), 1)
     if spec.launch_when_longer_than is not None:
-        if_then(lt_i(_size_value(spec.launch_when_longer_than, sizes), sizes["L"]), launch)
-    elif spec.launch_unless_longer_than is not None:
+        ok = lt_i(_size_value(spec.launch_when_longer_than, sizes), sizes["L"])
+    if spec.launch_unless_longer_than is not None:
         at_most = _size_value(spec.launch_unless_longer_than, sizes)
-        if_then(arith.cmpi(arith.CmpIPredicate.sle, sizes["L"], at_most), launch)
-    else:
-        launch()
+        ok = arith.andi(ok, arith.cmpi(arith.CmpIPredicate.sle, sizes["L"], at_most))
+    if_then(ok, launch)
 
 
 def _cuda_host_launcher(args: list[dict[str, Any]], arg_types: list[Type],
@@ -467,10 +453,11 @@ def _cpu_module(module_op: Any, form: Any, options: Options, args: list[dict[str
             block = fn.add_entry_block()
             with InsertionPoint(block), constants_in(block):
                 values = list(block.arguments)
-                gen = _bind(form, options, args, values[:len(args)], lambda v, size: v,
-                            plan, locs)
+                opts, role = tile_of(options, plan, spec.role)
+                gen = _bind(form, opts, args, values[:len(args)], lambda v, size: v, plan, locs,
+                            spec.role)
                 shared = [memref.alloc(MemRefType.get([n], f32()), [], [])
-                          for n in shared_arrays(form, options, spec.role, plan)]
+                          for n in shared_arrays(form, opts, role, plan)]
                 hs = None
                 if options.strategy == "sequential" and spec.role == "scan":
                     hs = memref.alloc(MemRefType.get([bs * gen.alg.S], f32()), [], [])

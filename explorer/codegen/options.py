@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from explorer.errors import OptionError
@@ -55,6 +55,11 @@ PARAM_ROWS = ("auto", "modulus", "channel")
 #: ``gpu.shuffle`` with no barrier; ``shared`` through shared memory with a barrier after each
 #: level; ``auto`` ``shuffle`` on the GPU (:func:`explorer.passes.plan_options.shuffled_sweeps`)
 WARP_SWEEPS = ("auto", "shuffle", "shared")
+#: a kernel of its own for short sequences (``short_tile=``, the plan's ``scan.short``):
+#: ``"<threads>x<elements>"`` (powers of two, a warp to 1024 threads, at most 16 elements),
+#: ``none`` for the plain kernel alone, ``auto`` 32 x 16 where the plan takes the open scalar
+#: tile (:func:`explorer.passes.plan_options.short_tile`), else none
+SHORT_TILES = ("auto", "none")
 
 
 def layout_choice(target: str, strategy: str) -> bool:
@@ -176,6 +181,8 @@ class Options:
     param_rows: str = "auto"
     #: one of WARP_SWEEPS
     warp_sweeps: str = "auto"
+    #: one of SHORT_TILES
+    short_tile: str = "auto"
 
     @property
     def vector_elements(self) -> int:
@@ -232,7 +239,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
              "reverse", "grid", "lookback_tiles", "lookback_elements", "lookback_threads",
              "outputs", "out_dtype",
              "varlen", "vector_width", "fast_math", "tile_layout", "read_offsets",
-             "param_rows", "warp_sweeps"}
+             "param_rows", "warp_sweeps", "short_tile"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -331,6 +338,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
         raise OptionError(f"warp_sweeps 'shuffle' moves a Blelloch tree's levels inside a "
                           f"warp to shuffles; strategy {strategy!r} has no such levels "
                           f"(warp_shuffle shuffles by itself)")
+    short_tile = _short_tile(options.get("short_tile", defaults.short_tile), strategy)
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
@@ -339,7 +347,25 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                    varlen=varlen, vector_width=vector_width, fast_math=fast_math,
                    tile_layout=tile_layout,
                    read_offsets=_read_offsets(options.get("read_offsets", ())),
-                   param_rows=param_rows, warp_sweeps=warp_sweeps)
+                   param_rows=param_rows, warp_sweeps=warp_sweeps, short_tile=short_tile)
+
+
+def _short_tile(value: Any, strategy: str) -> str:
+    """``short_tile`` checked: auto, none, or threads x elements of a tree plan."""
+    if value in SHORT_TILES:
+        return str(value)
+    parts = value.split("x") if isinstance(value, str) else []
+    ok = (len(parts) == 2 and all(p.isdigit() and len(p) <= 4 for p in parts)
+          and all(int(p) & (int(p) - 1) == 0 for p in parts)
+          and 32 <= int(parts[0]) <= 1024 and 1 <= int(parts[1]) <= 16)
+    if not ok:
+        raise OptionError(f"short_tile {value!r:.40} is not 'auto', 'none' or threads x "
+                          "elements ('32x16': powers of two, 32 to 1024 threads, at most 16 "
+                          "elements)")
+    if strategy == "sequential":
+        raise OptionError("short_tile gives a tree plan's short kernel; strategy 'sequential' "
+                          "has none")
+    return f"{int(parts[0])}x{int(parts[1])}"
 
 
 #: the farthest in time an input may be read in place (``read_offsets``), either way
@@ -385,3 +411,28 @@ def _outputs(value: object) -> str | tuple[str, ...]:
         return tuple(value)
     raise OptionError(f"outputs must be one of {', '.join(OUTPUTS)} or a list of output "
                       f"names, got {value!r:.60}")
+
+
+def tile_of(options: Options, plan: Any, role: str) -> tuple[Options, str]:
+    """The options a kernel of ``role`` is emitted with, and the role whose layout it has: the
+    short kernel is the plain scan kernel with the plan's short tile."""
+    if role != "short":
+        return options, role
+    return (replace(options, block_size=plan.short.threads,
+                    elements_per_thread=plan.short.elements), "scan")
+
+
+def options_for(options: Options, plan: Any) -> Options:
+    """The options the emitters follow, with every decision of the plan taken from the plan."""
+    reverse, look = plan.grid.direction == "reverse", plan.lookback
+    if plan.tree == "none":
+        return replace(options, strategy="sequential", block_size=plan.threads, reverse=reverse,
+                       outputs=plan.stored, varlen=plan.segments, read_offsets=plan.reads)
+    return replace(options, strategy=plan.tree, block_size=plan.threads, outputs=plan.stored,
+                   varlen=plan.segments, read_offsets=plan.reads,
+                   elements_per_thread=plan.elements, chunk_tiles=plan.grid.min_tiles,
+                   reverse=reverse, grid=plan.grid.scheme, vector_width=plan.vector_width,
+                   tile_layout=plan.layout,
+                   lookback_tiles=look.tiles_per_lane if look else options.lookback_tiles,
+                   lookback_elements=look.elements if look else options.lookback_elements,
+                   lookback_threads=look.threads if look else options.lookback_threads)

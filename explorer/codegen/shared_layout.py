@@ -6,6 +6,7 @@ in the same order."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from explorer.codegen.emit import Algebra
@@ -62,3 +63,24 @@ def shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[int
         # what the lanes share (a row of the tile each), then a row per lane term
         sizes += [shapes.stage] * (len(split.channel_staged) + len(split.terms))
     return sizes
+
+
+#: the alignment of each workgroup array (LLVM merges neighbouring shared loads into 16-byte
+#: vector loads, which fault on a less aligned buffer)
+SHARED_ALIGN = 16
+
+
+def carve(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """(byte offset, floats) of each workgroup array laid out one after another, each
+    aligned to SHARED_ALIGN bytes."""
+    out, offset = [], 0
+    for n in sizes:
+        out.append((offset, n))
+        offset += -(-n * 4 // SHARED_ALIGN) * SHARED_ALIGN
+    return out
+
+
+def shared_bytes(sizes: Sequence[int]) -> int:
+    """Bytes of shared memory the workgroup arrays ``sizes`` (floats) take, aligned."""
+    carved = carve(sizes)
+    return carved[-1][0] + carved[-1][1] * 4 if carved else 0

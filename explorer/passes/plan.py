@@ -40,6 +40,11 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   sweeps ``sweeps_of(tree, threads)``, in shared memory), each composing ``elements``
   elements (its tile, ``scan.grid {tile}``, is ``threads * elements``; the plain kernel of
   whole sequences keeps ``scan.block {threads}`` and ``scan.thread {elements}``);
+* ``scan.short {threads, elements, longest}`` (tree plans, optional): sequences of at most
+  ``longest`` steps run whole in a kernel of their own whose block has ``threads`` threads of
+  ``elements`` elements (the same tree over them), longer ones in the kernels above; ``longest``
+  is at most the grid's shortest chunk (``tile * min_tiles``), so a call launches one or the
+  other;
 * ``scan.store {outputs}``: the outputs the kernels write, chosen by the ``outputs`` option
   (:func:`stored_outputs`): by default the readouts when the recurrence has any, so a state
   that nobody asked for is never written; ``<state>_last`` (``h_last``) is the state after the
@@ -87,12 +92,14 @@ from explorer.passes.plan_checks import (
     lane_sum_from,
     lookback_from,
     reads_from,
+    short_from,
 )
 from explorer.passes.plan_options import (
     lookback_elements,
     lookback_threads,
     resolve_tiles,
     scalar_first_order,
+    short_tile,
     shuffled_sweeps,
 )
 from explorer.passes.plans import WARP_LANES, Level, ScanPlan, Step, warp_levels
@@ -147,6 +154,21 @@ class Lookback:
         return sweeps_of(tree, self.threads)
 
 
+@dataclass(frozen=True)
+class Short:
+    """``scan.short``: the kernel of sequences of at most ``longest`` steps, its block of
+    ``threads`` threads by ``elements`` elements."""
+
+    threads: int
+    elements: int
+    longest: int
+
+    def sweeps(self, tree: str, shuffled: bool) -> tuple[Sweep, ...]:
+        """The levels of its block's tree (``tree`` over :attr:`threads`, shuffled inside a
+        warp as the plain block's are)."""
+        return sweeps_of(tree, self.threads, shuffled)
+
+
 #: where the sums over the lanes of a readout are computed (``scan.lane_sum``'s scheme)
 LANE_SUM_SCHEMES = ("lanes-in-block", "lane-loop", "readout-kernel")
 
@@ -183,6 +205,7 @@ class Plan:
     layout: str = "staged"        # how the tile meets the threads (scan.thread): staged | direct
     #: inputs read in place at another time (scan.read): (name, offset) pairs, sorted
     reads: tuple[tuple[str, int], ...] = ()
+    short: Short | None = None         # a kernel of its own for short sequences (scan.short)
 
     @property
     def shuffled(self) -> bool:
@@ -302,13 +325,15 @@ def choose_plan(form: Any, options: Any) -> Plan:
                      LOOKBACK_UNCHUNKED_FROM)
                 if scheme == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
+        short = short_tile(o, grid.tile * max(1, grid.min_tiles))
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size, shuffled_sweeps(o)), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look, threads)
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
                     vector_width=o.vector_elements,
-                    layout=tile_layout(form, o, stored, lane_sum), reads=o.read_offsets)
+                    layout=tile_layout(form, o, stored, lane_sum), reads=o.read_offsets,
+                    short=Short(*short) if short is not None else None)
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
@@ -354,6 +379,9 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
                                  "tiles_per_lane": plan.lookback.tiles_per_lane,
                                  "elements": plan.lookback.elements,
                                  "threads": plan.lookback.threads})
+    if plan.short is not None:
+        scan.create("short", {"threads": plan.short.threads, "elements": plan.short.elements,
+                              "longest": plan.short.longest})
     scan.create("store", {"outputs": list(plan.stored)})
     for name, k in plan.reads:
         scan.create("read", {"input": name, "offset": k})
@@ -398,7 +426,8 @@ def plan_from_dict(raw: Any) -> Plan:
                 lookback_from(raw.get("lookback"), int(raw["threads"])),
                 tuple(str(o) for o in raw["stored"]), lane_sum_from(raw.get("lane_sum")),
                 bool(raw.get("segments", False)), int(raw.get("vector_width", 1)),
-                str(raw.get("layout", "staged")), reads_from(raw.get("reads")))
+                str(raw.get("layout", "staged")), reads_from(raw.get("reads")),
+                short_from(raw.get("short")))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -429,7 +458,7 @@ def read_plan(module_op: Any) -> Plan:
     block, grid = one("block"), one("grid")
     if block is None or grid is None:
         raise ValueError("no plan in the module (run scan-plan first)")
-    thread, tile, look = one("thread"), one("warp_tile"), one("lookback")
+    thread, tile, look, short = one("thread"), one("warp_tile"), one("lookback"), one("short")
     store, lane_sum, segments = one("store"), one("lane_sum"), one("segments")
     if segments is not None and (segments.get("argument") != SEGMENT_MARKS
                                  or segments.get("reset") != "leaf"):
@@ -456,7 +485,8 @@ def read_plan(module_op: Any) -> Plan:
                 vector_width=thread["vector_width"] if thread else 1,
                 layout=thread["layout"] if thread else "staged",
                 reads=reads_from([[a.get("input"), a.get("offset")]
-                                  for a in map(scan.attrs, scan.ops(module_op, "read"))]))
+                                  for a in map(scan.attrs, scan.ops(module_op, "read"))]),
+                short=short_from(short))
     check_plan(plan)
     return plan
 

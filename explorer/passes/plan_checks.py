@@ -75,6 +75,42 @@ def lookback_from(raw: Any, threads: int) -> Any:
                     int(raw.get("threads", threads)))
 
 
+def short_from(raw: Any) -> Any:
+    """A plan's short kernel (None: none), from its ``scan.short`` attributes or a record."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError("a plan's short kernel is a JSON object")
+    missing = [k for k in ("threads", "elements", "longest") if k not in raw]
+    if missing:
+        raise ValueError(f"a plan's short kernel lacks {', '.join(missing)}")
+    from explorer.passes.plan import Short
+
+    return Short(int(raw["threads"]), int(raw["elements"]), int(raw["longest"]))
+
+
+def check_short(plan: Any) -> None:
+    """``scan.short`` goes with a tree plan, has a block the lowering implements, and takes
+    only sequences that no kernel of the grid takes (at most its shortest chunk)."""
+    short = plan.short
+    if short is None:
+        return
+    if plan.tree not in TREES:
+        raise ValueError("scan.short goes with a tree plan")
+    n, e = short.threads, short.elements
+    if not 32 <= n <= 1024 or n & (n - 1) or not 1 <= e <= 16 or e & (e - 1):
+        raise ValueError(f"a short kernel of {n} threads x {e} elements is not one the "
+                         "lowering implements (powers of two: a warp to 1024 threads, at "
+                         "most 16 elements)")
+    if e % plan.vector_width:
+        raise ValueError(f"a short kernel of {e} elements a thread cannot take the plan's "
+                         f"accesses of {plan.vector_width}")
+    most = plan.grid.tile * max(1, plan.grid.min_tiles)
+    if not 1 <= short.longest <= most:
+        raise ValueError(f"a short kernel for sequences of up to {short.longest} steps: "
+                         f"from 1 to {most} (the grid's shortest chunk)")
+
+
 def check_lookback(plan: Any) -> None:
     """A look-back grid has its ``scan.lookback`` (a warp of lanes), and no other grid has one."""
     from explorer.codegen.options import LOOKBACK_ELEMENTS_MAX as EMAX
@@ -134,6 +170,7 @@ def check_reads(plan: Any) -> None:
 def check_plan(plan: Any) -> None:
     """Every check of a plan read back (from IR or from a record), beside its grid's."""
     check_lookback(plan)
+    check_short(plan)
     check_lane_sum(plan)
     check_vector(plan)
     check_reads(plan)

@@ -79,15 +79,49 @@ def shuffled_sweeps(options: Any) -> bool:
 SCALAR_TILE = (64, 16)
 
 
+def _scalar_tile(options: Any, rec: Any) -> bool:
+    """Whether an open tile is :data:`SCALAR_TILE` for ``rec``."""
+    from explorer.passes.plan_checks import TREES
+
+    return bool(options.target == "cuda" and options.strategy in TREES and not rec.vector
+                and sum(rec.order.values()) == 1 and few_streams(rec, options.outputs))
+
+
 def resolve_tiles(options: Any, rec: Any) -> Any:
     """``options`` with ``block_size`` and ``elements_per_thread`` resolved for the
     recurrence ``rec`` where both are open (a no-op otherwise)."""
     from explorer.codegen.options import GENERAL_TILE
-    from explorer.passes.plan_checks import TREES
 
     if options.block_size != "auto" or options.elements_per_thread != "auto":
         return options     # given (validate fills a count left open beside a given one)
-    scalar = (options.target == "cuda" and options.strategy in TREES and not rec.vector
-              and sum(rec.order.values()) == 1 and few_streams(rec, options.outputs))
+    scalar = _scalar_tile(options, rec)
     B, E = SCALAR_TILE if scalar else GENERAL_TILE
-    return replace(options, block_size=B, elements_per_thread=E)
+    short = options.short_tile
+    if short == "auto":     # the short kernel goes with the scalar tile
+        short = "x".join(map(str, SHORT_TILE)) if scalar else "none"
+    return replace(options, block_size=B, elements_per_thread=E, short_tile=short)
+
+
+#: the short kernel's tile (threads, elements a thread) and the longest sequence it takes:
+#: with the scalar tile (64 x 16, 1024 steps) a 512-step sequence leaves half of each block
+#: idle and a 1024-step one gets a block that scans one tile with nothing in flight behind it.
+#: Measured on an H200 (the affine scan, one call; README, *Speed*), 32 x 16 against 64 x 16:
+#: float32 0.913 against 0.485 of a copy at 16384 x 2^9, 0.902 / 0.890 at 4096 x 2^10, 0.906 /
+#: 0.912 at 2048 x 2^12; bfloat16 0.661 / 0.292, 0.770 / 0.684, 0.852 / 0.751; but at
+#: 1024 x 2^14 (1024 one-warp blocks) 0.895 / 0.915 and 0.691 / 0.829
+SHORT_TILE = (32, 16)
+SHORT_LONGEST = 4096
+
+
+def short_tile(options: Any, grid_steps: int) -> tuple[int, int, int] | None:
+    """(threads, elements, longest) of the plan's short kernel, or None: ``short_tile`` as
+    :func:`resolve_tiles` left it (``auto`` is SHORT_TILE where the plan takes the open scalar
+    tile, ``none`` elsewhere; ``auto`` beside a given tile is ``none``), for sequences of at
+    most SHORT_LONGEST steps and at most ``grid_steps``, the shortest chunk of the grid's
+    other kernels (so that a call launches one or the other)."""
+    from explorer.passes.plan_checks import TREES
+
+    if options.short_tile in ("auto", "none") or options.strategy not in TREES:
+        return None
+    threads, elements = (int(n) for n in str(options.short_tile).split("x"))
+    return threads, elements, min(SHORT_LONGEST, grid_steps)

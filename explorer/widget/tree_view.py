@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from explorer.compiler import PLAN_PICTURE_N
+from explorer.compiler import PLAN_PICTURE_N, short_text
 from explorer.passes.plans import MAX_DOT_POSITIONS
 from explorer.widget.graphs import svg_or_message
 from explorer.widget.highlight import highlight, plain_html
@@ -172,6 +172,8 @@ class TreeView(View):
             elif grid.scheme == "chunked":
                 layout += (": sequences too few to fill the GPU are cut into chunks of whole "
                            f"tiles of {grid.tile} steps (reduce, carry, rescan)")
+            if plan.short is not None:
+                layout += f"; {html.escape(short_text(plan))}"
             rest = ""
             if picture.n < plan.threads:
                 rest = (f"; the sweeps with a stride of {picture.n} or more join them to the "

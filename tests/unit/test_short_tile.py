@@ -1,0 +1,120 @@
+"""Short sequences run whole in a kernel of their own (``scan.short``, option ``short_tile``):
+which plans have it, how a call picks it, what the host runs, and recorded plans from
+elsewhere."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("mlir.ir", reason="MLIR's Python bindings are not installed")
+
+import numpy as np  # noqa: E402
+
+import explorer as ex  # noqa: E402
+from explorer.errors import OptionError  # noqa: E402
+from explorer.passes.plan import Short, plan_from_dict  # noqa: E402
+from explorer.runtime.contract import parse_kernels  # noqa: E402
+
+AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(private_cache: None) -> None:
+    """Compiles of these tests' own: nothing they tamper with reaches another test."""
+
+
+def _launched(c: ex.Compiled, L: int, time_chunk: int) -> list[str]:
+    kernels = parse_kernels([dict(k, ptx="kernel.ptx") for k in c.kernels])
+    sizes = {"C": 1, "N": 1, "L": L, "time_chunk": time_chunk}
+    return [k.name for k in kernels if k.launched(L, sizes)]
+
+
+def test_the_open_scalar_tile_takes_a_short_kernel_and_a_call_launches_one_kernel():
+    c = ex.compile(AFFINE, target="cuda")
+    plan = c.scan_plan
+    assert (plan.threads, plan.elements) == (64, 16)
+    assert plan.short == Short(32, 16, 4096)
+    # the plan says so as an op of its own, the widget's text and the compile's plan text too
+    assert '"scan.short"() {elements = 16 : i64, longest = 4096 : i64, threads = 32 : i64}' \
+        in c.stages["scan-plan"].text
+    assert "sequences of at most 4096 steps run whole in a kernel of their own" in \
+        c.stages["plan"].text
+    # its kernel: a block of 32 threads and a stage of 512 steps (padded), in the PTX
+    assert "scanweaver_blelloch_short" in c.ptx
+    short = next(k for k in c.kernels if k["name"].endswith("_short"))
+    assert short["block"] == [32, 1, 1] and short["launch_unless_longer_than"] == 4096
+    # a call launches the short kernel up to 4096 steps, the plain kernel past it (whole
+    # sequences), the look-back kernel past the chunk
+    assert _launched(c, 512, 4096) == ["scanweaver_blelloch_short"]
+    assert _launched(c, 4096, 4096) == ["scanweaver_blelloch_short"]
+    assert _launched(c, 4097, 8192) == ["scanweaver_blelloch"]
+    assert _launched(c, 4097, 4096) == ["scanweaver_blelloch_lookback"]
+    # the chunked grid: never beside its reduce and carry kernels
+    chunked = ex.compile(AFFINE, target="cuda", grid="chunked")
+    longest = chunked.scan_plan.short.longest
+    assert longest <= chunked.scan_plan.grid.tile * chunked.scan_plan.grid.min_tiles
+    assert _launched(chunked, longest, longest) == ["scanweaver_blelloch_short"]
+    assert "scanweaver_blelloch_short" not in _launched(chunked, longest + 1, longest)
+
+
+def test_other_plans_have_none_and_the_option_is_checked():
+    assert ex.compile(AFFINE, target="cuda", short_tile="none").scan_plan.short is None
+    # a tile given is the tile for every length; the host and vector states keep theirs
+    assert ex.compile(AFFINE, target="cuda", block_size=64).scan_plan.short is None
+    assert ex.compile(AFFINE, target="cpu").scan_plan.short is None
+    assert ex.compile(ex.PRESETS["selective scan"], target="cuda").scan_plan.short is None
+    # given, beside a given tile
+    c = ex.compile(AFFINE, target="cuda", block_size=128, short_tile="64x8")
+    assert c.scan_plan.short == Short(64, 8, 4096)
+    for bad in ("32x32", "16x16", "48x16", "32x", "x16", "32x16x2", " 32x16", 32, None, True,
+                "9" * 30 + "x16"):
+        with pytest.raises(OptionError, match="short_tile"):
+            ex.compile(AFFINE, short_tile=bad)
+    with pytest.raises(OptionError, match="short_tile"):
+        ex.compile(AFFINE, strategy="sequential", short_tile="32x16")
+
+
+@pytest.mark.parametrize("grid", ["chunked", "lookback"])
+def test_the_host_runs_the_short_kernel_and_the_others_against_the_reference(grid: str):
+    """On the CPU target, a plan with a short kernel of 32 threads x 4 (its longest the grid's
+    chunk of 256 steps): sequences up to it run there, longer ones in the grid's kernels."""
+    rng = np.random.default_rng(11)
+    c = ex.compile(AFFINE, target="cpu", block_size=64, elements_per_thread=4, chunk_tiles=1,
+                   grid=grid, lookback_threads=64, lookback_elements=4, short_tile="32x4")
+    short = c.scan_plan.short
+    assert short is not None and short.longest == 256
+    for L in (1, 127, 256, 257, 700):
+        a = rng.uniform(0.8, 1.0, (3, L)).astype(np.float32)
+        b = rng.standard_normal((3, L)).astype(np.float32)
+        ref = ex.reference(AFFINE, a=a, b=b)
+        np.testing.assert_allclose(c(a=a, b=b), ref, rtol=0,
+                                   atol=1e-4 * float(np.abs(ref).max()), err_msg=f"L={L}")
+
+
+def test_recorded_short_kernels_are_checked():
+    plan = ex.compile(AFFINE, target="cuda").scan_plan
+    raw = dataclasses.asdict(plan)
+    assert plan_from_dict(raw) == plan
+    # a plan recorded before the short kernel has none (as its kernels were built)
+    old = dataclasses.asdict(plan)
+    del old["short"]
+    assert plan_from_dict(old).short is None
+    tampered = [
+        ({"threads": 48, "elements": 16, "longest": 4096}, "short kernel"),
+        ({"threads": 32, "elements": 32, "longest": 4096}, "short kernel"),
+        ({"threads": 32, "elements": 16, "longest": 4097}, "shortest chunk"),
+        ({"threads": 32, "elements": 16, "longest": 0}, "shortest chunk"),
+        ({"threads": 32, "elements": 16}, "lacks longest"),
+        ("32x16", "JSON object"),
+    ]
+    for short, message in tampered:
+        bad = dataclasses.asdict(plan)
+        bad["short"] = short
+        with pytest.raises((ValueError, TypeError), match=message):
+            plan_from_dict(bad)
+    seq = dataclasses.asdict(ex.compile(AFFINE, target="cuda", strategy="sequential").scan_plan)
+    seq["short"] = {"threads": 32, "elements": 16, "longest": 64}
+    with pytest.raises(ValueError, match="tree plan"):
+        plan_from_dict(seq)
