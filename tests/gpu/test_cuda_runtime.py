@@ -10,9 +10,10 @@ Tolerances, all on ``max|out - ref| / max|ref|`` with the reference in float64:
 Every output buffer is filled with NaN before the launch, so an element the kernel does not
 write fails the check.
 
-Sizes: L in {1, 31, 32, 33, 1000, 4096, 2**20} x C in {1, 7, 4096, 131072} for the plain affine
-scan; combinations with more than 2**27 elements (512 MiB per float32 array, several arrays and
-a float64 reference) are skipped for memory and time.  Other recurrences run a smaller grid, as
+Sizes: L in {1, 31, 32, 33, 1000, 4096, 4097, 2**20} x C in {1, 7, 4096, 131072} for the plain
+affine scan (4096 steps the short kernel's longest, 4097 the plain or look-back kernel's);
+combinations with more than 2**27 elements (512 MiB per float32 array, several arrays and a
+float64 reference) are skipped for memory and time.  Other recurrences run a smaller grid, as
 their reference runs on the CPU.
 """
 
@@ -57,7 +58,7 @@ TOL = 1e-4
 TOL_READOUT = 5e-4
 MAX_ELEMENTS = 2**27
 
-LENGTHS = [1, 31, 32, 33, 1000, 4096, 2**20]
+LENGTHS = [1, 31, 32, 33, 1000, 4096, 4097, 2**20]
 CHANNELS = [1, 7, 4096, 131072]
 
 

@@ -23,9 +23,10 @@ def _own_cache(private_cache: None) -> None:
 
 
 def _kernels(grid: str) -> list[dict]:
-    # a copy: the tests below tamper with it
-    return copy.deepcopy(ex.compile(AFFINE, target="cuda", strategy="blelloch",
-                                    grid=grid).kernels)
+    # a copy: the tests below tamper with it (the plain and look-back kernels alone: the short
+    # kernel's part is tests/unit/test_short_tile.py's)
+    return copy.deepcopy(ex.compile(AFFINE, target="cuda", strategy="blelloch", grid=grid,
+                                    short_tile="none").kernels)
 
 
 def test_one_kernel_runs_a_call_and_the_lookback_flags_are_reset_before_each_launch():
