@@ -216,8 +216,8 @@ def short_text(plan: Any) -> str:
     if s is None:
         return ""
     return (f"sequences of at most {s.longest} steps run whole in a kernel of their own, a "
-            f"block of {s.threads} threads x {s.elements} elements each (scan.short; "
-            "short_tile='none' leaves them to the plain kernel)")
+            f"block of {s.threads} threads x {s.elements} elements each, its tiles "
+            f"{s.layout} (scan.short; short_tile='none' leaves them to the plain kernel)")
 
 
 def _grid_text(plan: Any) -> str:

@@ -419,7 +419,8 @@ def tile_of(options: Options, plan: Any, role: str) -> tuple[Options, str]:
     if role != "short":
         return options, role
     return (replace(options, block_size=plan.short.threads,
-                    elements_per_thread=plan.short.elements), "scan")
+                    elements_per_thread=plan.short.elements, tile_layout=plan.short.layout),
+            "scan")
 
 
 def options_for(options: Options, plan: Any) -> Options:

@@ -42,7 +42,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),
     "warp_tile": ("sequences", "steps"),
     "lookback": ("lanes", "tiles_per_lane", "elements", "threads"),
-    "short": ("threads", "elements", "longest"),
+    "short": ("threads", "elements", "longest", "layout"),
     "store": ("outputs",),
     "lane_sum": ("readouts", "scheme"),
     "segments": ("argument", "reset"),

@@ -40,9 +40,10 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   sweeps ``sweeps_of(tree, threads)``, in shared memory), each composing ``elements``
   elements (its tile, ``scan.grid {tile}``, is ``threads * elements``; the plain kernel of
   whole sequences keeps ``scan.block {threads}`` and ``scan.thread {elements}``);
-* ``scan.short {threads, elements, longest}`` (tree plans, optional): sequences of at most
-  ``longest`` steps run whole in a kernel of their own whose block has ``threads`` threads of
-  ``elements`` elements (the same tree over them), longer ones in the kernels above; ``longest``
+* ``scan.short {threads, elements, longest, layout}`` (tree plans, optional): sequences of at
+  most ``longest`` steps run whole in a kernel of their own whose block has ``threads`` threads
+  of ``elements`` elements (the same tree over them) and meets its tile as ``layout`` says
+  (``scan.thread``'s layouts), longer ones in the kernels above; ``longest``
   is at most the grid's shortest chunk (``tile * min_tiles``), so a call launches one or the
   other;
 * ``scan.store {outputs}``: the outputs the kernels write, chosen by the ``outputs`` option
@@ -99,8 +100,10 @@ from explorer.passes.plan_options import (
     lookback_threads,
     resolve_tiles,
     scalar_first_order,
+    short_layout,
     short_tile,
     shuffled_sweeps,
+    tile_layout,
 )
 from explorer.passes.plans import WARP_LANES, Level, ScanPlan, Step, warp_levels
 from explorer.passes.state import ScanState
@@ -162,6 +165,7 @@ class Short:
     threads: int
     elements: int
     longest: int
+    layout: str = "staged"    # staged | direct (scan.thread's)
 
     def sweeps(self, tree: str, shuffled: bool) -> tuple[Sweep, ...]:
         """The levels of its block's tree (``tree`` over :attr:`threads`, shuffled inside a
@@ -326,34 +330,20 @@ def choose_plan(form: Any, options: Any) -> Plan:
                 if scheme == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
         short = short_tile(o, grid.tile * max(1, grid.min_tiles))
+        layout = tile_layout(form, o, stored, lane_sum)
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size, shuffled_sweeps(o)), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look, threads)
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
                     vector_width=o.vector_elements,
-                    layout=tile_layout(form, o, stored, lane_sum), reads=o.read_offsets,
-                    short=Short(*short) if short is not None else None)
+                    layout=layout, reads=o.read_offsets,
+                    short=(Short(*short, short_layout(o, layout)) if short is not None
+                           else None))
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
                 lane_sum=lane_sum, segments=o.varlen, reads=o.read_offsets)
-
-
-def tile_layout(form: Any, options: Any, stored: tuple[str, ...],
-                lane_sum: LaneSum | None) -> str:
-    """``tile_layout`` resolved (``scan.thread {layout}``). ``auto`` is ``direct`` for a tree
-    plan on the GPU whose kernels stream no output through the tile: the lane loop of a fused
-    lane sum that stores its readouts alone (and last states), where the stage would only hold
-    inputs; ``staged`` for the rest."""
-    if options.tile_layout != "auto":
-        return str(options.tile_layout)
-    if options.target != "cuda" or options.strategy not in TREES:
-        return "staged"
-    rec = form.recurrence
-    summed = lane_sum.readouts if lane_sum is not None and lane_sum.scheme == "lane-loop" else ()
-    streamed = [o for o in stored if o in rec.states or (o in rec.readouts and o not in summed)]
-    return "direct" if summed and not streamed else "staged"
 
 
 def write_plan(plan: Plan, readout_loc: Any = None) -> None:
@@ -381,7 +371,7 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
                                  "threads": plan.lookback.threads})
     if plan.short is not None:
         scan.create("short", {"threads": plan.short.threads, "elements": plan.short.elements,
-                              "longest": plan.short.longest})
+                              "longest": plan.short.longest, "layout": plan.short.layout})
     scan.create("store", {"outputs": list(plan.stored)})
     for name, k in plan.reads:
         scan.create("read", {"input": name, "offset": k})
@@ -427,7 +417,7 @@ def plan_from_dict(raw: Any) -> Plan:
                 tuple(str(o) for o in raw["stored"]), lane_sum_from(raw.get("lane_sum")),
                 bool(raw.get("segments", False)), int(raw.get("vector_width", 1)),
                 str(raw.get("layout", "staged")), reads_from(raw.get("reads")),
-                short_from(raw.get("short")))
+                short_from(raw.get("short"), str(raw.get("layout", "staged"))))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -486,7 +476,7 @@ def read_plan(module_op: Any) -> Plan:
                 layout=thread["layout"] if thread else "staged",
                 reads=reads_from([[a.get("input"), a.get("offset")]
                                   for a in map(scan.attrs, scan.ops(module_op, "read"))]),
-                short=short_from(short))
+                short=short_from(short, thread["layout"] if thread else "staged"))
     check_plan(plan)
     return plan
 

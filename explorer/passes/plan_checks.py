@@ -75,8 +75,9 @@ def lookback_from(raw: Any, threads: int) -> Any:
                     int(raw.get("threads", threads)))
 
 
-def short_from(raw: Any) -> Any:
-    """A plan's short kernel (None: none), from its ``scan.short`` attributes or a record."""
+def short_from(raw: Any, layout: str) -> Any:
+    """A plan's short kernel (None: none), from its ``scan.short`` attributes or a record
+    (``layout``, the plan's, where it names none)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -86,7 +87,8 @@ def short_from(raw: Any) -> Any:
         raise ValueError(f"a plan's short kernel lacks {', '.join(missing)}")
     from explorer.passes.plan import Short
 
-    return Short(int(raw["threads"]), int(raw["elements"]), int(raw["longest"]))
+    return Short(int(raw["threads"]), int(raw["elements"]), int(raw["longest"]),
+                 str(raw.get("layout", layout)))
 
 
 def check_short(plan: Any) -> None:
@@ -102,6 +104,9 @@ def check_short(plan: Any) -> None:
         raise ValueError(f"a short kernel of {n} threads x {e} elements is not one the "
                          "lowering implements (powers of two: a warp to 1024 threads, at "
                          "most 16 elements)")
+    if short.layout not in ("staged", "direct"):
+        raise ValueError(f"a short kernel's tiles {short.layout!r:.40} are not a layout the "
+                         "lowering implements (staged or direct)")
     if e % plan.vector_width:
         raise ValueError(f"a short kernel of {e} elements a thread cannot take the plan's "
                          f"accesses of {plan.vector_width}")

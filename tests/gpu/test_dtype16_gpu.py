@@ -46,7 +46,8 @@ if not NARROW:
 AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
 AFFINE_ARTS = sorted(n for n, i in NARROW.items() if i["recurrence"] == AFFINE)
 VECTOR_ARTS = sorted(n for n, i in NARROW.items() if i["vector"])
-SIZES = [(1, 1), (7, 33), (3, 4096), (4096, 1000), (131072, 32), (2, 2**20), (1, 2**22)]
+SIZES = [(1, 1), (7, 33), (3, 4096), (9, 4095), (64, 4097), (4096, 1000), (131072, 32), (2, 2**20),
+         (1, 2**22)]
 #: the readout y of the selective scan sums N lanes: float32's bound there (test_cuda_runtime)
 TOL_READOUT_F32 = 5e-4
 

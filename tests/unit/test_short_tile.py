@@ -35,10 +35,10 @@ def test_the_open_scalar_tile_takes_a_short_kernel_and_a_call_launches_one_kerne
     c = ex.compile(AFFINE, target="cuda")
     plan = c.scan_plan
     assert (plan.threads, plan.elements) == (64, 16)
-    assert plan.short == Short(32, 16, 4096)
+    assert plan.short == Short(32, 16, 4096, "staged")
     # the plan says so as an op of its own, the widget's text and the compile's plan text too
-    assert '"scan.short"() {elements = 16 : i64, longest = 4096 : i64, threads = 32 : i64}' \
-        in c.stages["scan-plan"].text
+    assert ('"scan.short"() {elements = 16 : i64, layout = "staged", longest = 4096 : i64, '
+            'threads = 32 : i64}') in c.stages["scan-plan"].text
     assert "sequences of at most 4096 steps run whole in a kernel of their own" in \
         c.stages["plan"].text
     # its kernel: a block of 32 threads and a stage of 512 steps (padded), in the PTX
@@ -67,7 +67,7 @@ def test_other_plans_have_none_and_the_option_is_checked():
     assert ex.compile(ex.PRESETS["selective scan"], target="cuda").scan_plan.short is None
     # given, beside a given tile
     c = ex.compile(AFFINE, target="cuda", block_size=128, short_tile="64x8")
-    assert c.scan_plan.short == Short(64, 8, 4096)
+    assert c.scan_plan.short == Short(64, 8, 4096, "staged")
     for bad in ("32x32", "16x16", "48x16", "32x", "x16", "32x16x2", " 32x16", 32, None, True,
                 "9" * 30 + "x16"):
         with pytest.raises(OptionError, match="short_tile"):
@@ -93,6 +93,25 @@ def test_the_host_runs_the_short_kernel_and_the_others_against_the_reference(gri
                                    atol=1e-4 * float(np.abs(ref).max()), err_msg=f"L={L}")
 
 
+def test_16_bit_inputs_take_direct_short_tiles():
+    """bfloat16 and float16 tiles meet the short kernel's threads direct (measured faster on an
+    H200), the other kernels keep theirs; a layout given is every kernel's."""
+    for dtype in ("bfloat16", "float16"):
+        c = ex.compile(AFFINE, target="cuda", dtype=dtype)
+        assert c.scan_plan.short == Short(32, 16, 4096, "direct")
+        assert c.scan_plan.layout == "staged"
+        assert "its tiles direct" in c.stages["plan"].text
+        lowered = c.stages["scan-lower"].text
+        short = lowered[lowered.index("gpu.func @scanweaver_blelloch_short"):
+                        lowered.index("gpu.func @scanweaver_blelloch(")]
+        plain = lowered[lowered.index("gpu.func @scanweaver_blelloch("):]
+        # a direct tile never goes through the stage, so its block has fewer barriers
+        assert short.count("gpu.barrier") < plain.count("gpu.barrier")
+    assert ex.compile(AFFINE, target="cuda").scan_plan.short.layout == "staged"
+    staged = ex.compile(AFFINE, target="cuda", dtype="bfloat16", tile_layout="staged")
+    assert staged.scan_plan.short.layout == "staged"
+
+
 def test_recorded_short_kernels_are_checked():
     plan = ex.compile(AFFINE, target="cuda").scan_plan
     raw = dataclasses.asdict(plan)
@@ -101,12 +120,17 @@ def test_recorded_short_kernels_are_checked():
     old = dataclasses.asdict(plan)
     del old["short"]
     assert plan_from_dict(old).short is None
+    # one recorded before its layout: the plan's
+    old = dataclasses.asdict(plan)
+    del old["short"]["layout"]
+    assert plan_from_dict(old).short.layout == plan.layout
     tampered = [
         ({"threads": 48, "elements": 16, "longest": 4096}, "short kernel"),
         ({"threads": 32, "elements": 32, "longest": 4096}, "short kernel"),
         ({"threads": 32, "elements": 16, "longest": 4097}, "shortest chunk"),
         ({"threads": 32, "elements": 16, "longest": 0}, "shortest chunk"),
         ({"threads": 32, "elements": 16}, "lacks longest"),
+        ({"threads": 32, "elements": 16, "longest": 64, "layout": "diagonal"}, "layout"),
         ("32x16", "JSON object"),
     ]
     for short, message in tampered:

@@ -4,5 +4,5 @@
 // CHECK: "scan.thread"() {elements = 16 : i64
 // CHECK-NEXT: "scan.block"() {threads = 64 : i64, tree = "blelloch"}
 // CHECK: "scan.grid"() {{{.*}}scheme = "lookback", tile = 4096 : i64
-// CHECK: "scan.short"() {elements = 16 : i64, longest = 4096 : i64, threads = 32 : i64}
+// CHECK: "scan.short"() {elements = 16 : i64, layout = "staged", longest = 4096 : i64, threads = 32 : i64}
 // CHECK-NEXT: "scan.store"()
