@@ -59,16 +59,22 @@ def check_lane_sum(plan: Any) -> None:
                          f"({list(plan.stored)})")
 
 
+def _fields(raw: Any, what: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``raw`` (a record's or an op's attributes) when it is an object with ``keys``."""
+    if not isinstance(raw, dict):
+        raise TypeError(f"a plan's {what} is a JSON object")
+    missing = [k for k in keys if k not in raw]
+    if missing:
+        raise ValueError(f"a plan's {what} lacks {', '.join(missing)}")
+    return raw
+
+
 def lookback_from(raw: Any, threads: int) -> Any:
     """A plan's look-back (None: none); ``threads``, the block's, where it names none (a plan
     written before the look-back block had threads of its own)."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise TypeError("a plan's lookback is a JSON object")
-    missing = [k for k in ("lanes", "tiles_per_lane", "elements") if k not in raw]
-    if missing:
-        raise ValueError(f"a plan's lookback lacks {', '.join(missing)}")
+    raw = _fields(raw, "lookback", ("lanes", "tiles_per_lane", "elements"))
     from explorer.passes.plan import Lookback
 
     return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]), int(raw["elements"]),
@@ -80,11 +86,7 @@ def short_from(raw: Any, layout: str) -> Any:
     (``layout``, the plan's, where it names none)."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise TypeError("a plan's short kernel is a JSON object")
-    missing = [k for k in ("threads", "elements", "longest") if k not in raw]
-    if missing:
-        raise ValueError(f"a plan's short kernel lacks {', '.join(missing)}")
+    raw = _fields(raw, "short kernel", ("threads", "elements", "longest"))
     from explorer.passes.plan import Short
 
     return Short(int(raw["threads"]), int(raw["elements"]), int(raw["longest"]),
