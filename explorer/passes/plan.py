@@ -330,6 +330,11 @@ def choose_plan(form: Any, options: Any) -> Plan:
                 if scheme == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
         short = short_tile(o, grid.tile * max(1, grid.min_tiles))
+        if short is not None and lane_sum is not None:
+            from explorer.errors import OptionError
+            raise OptionError(f"short_tile {o.short_tile!r}: the plan sums the lanes of "
+                              f"{', '.join(lane_sum.readouts)} in its own kernels, which a "
+                              "short kernel does not; leave short_tile 'auto' or 'none'")
         layout = tile_layout(form, o, stored, lane_sum)
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size, shuffled_sweeps(o)), grid,

@@ -99,8 +99,8 @@ def check_short(plan: Any) -> None:
     short = plan.short
     if short is None:
         return
-    if plan.tree not in TREES:
-        raise ValueError("scan.short goes with a tree plan")
+    if plan.tree not in TREES or plan.lane_sum is not None:
+        raise ValueError("scan.short goes with a tree plan that sums no lanes")
     n, e = short.threads, short.elements
     if not 32 <= n <= 1024 or n & (n - 1) or not 1 <= e <= 16 or e & (e - 1):
         raise ValueError(f"a short kernel of {n} threads x {e} elements is not one the "

@@ -74,6 +74,25 @@ def test_other_plans_have_none_and_the_option_is_checked():
             ex.compile(AFFINE, short_tile=bad)
     with pytest.raises(OptionError, match="short_tile"):
         ex.compile(AFFINE, strategy="sequential", short_tile="32x16")
+    # a plan that sums the lanes of a readout in its own kernels (the selective scan's y)
+    with pytest.raises(OptionError, match="sums the lanes of y"):
+        ex.compile(ex.PRESETS["selective scan"], target="cuda", short_tile="32x16")
+
+
+def test_the_host_runs_a_short_kernel_of_a_vector_state():
+    """A diagonal state of 3 lanes whose states are stored (no sum over the lanes): sequences
+    up to the short kernel's longest and past it, against the reference."""
+    rec = "h[t, n] = a[t, n] * h[t-1, n] + b[t, n]"
+    c = ex.compile(rec, target="cpu", block_size=64, elements_per_thread=2, chunk_tiles=1,
+                   grid="chunked", short_tile="32x2")
+    assert c.scan_plan.short is not None and c.scan_plan.short.longest == 128
+    rng = np.random.default_rng(3)
+    for L in (5, 128, 129, 300):
+        a = rng.uniform(0.8, 1.0, (2, 3, L)).astype(np.float32)
+        b = rng.standard_normal((2, 3, L)).astype(np.float32)
+        ref = ex.reference(rec, a=a, b=b)
+        np.testing.assert_allclose(c(a=a, b=b), ref, rtol=0,
+                                   atol=1e-4 * float(np.abs(ref).max()), err_msg=f"L={L}")
 
 
 @pytest.mark.parametrize("grid", ["chunked", "lookback"])
@@ -142,3 +161,7 @@ def test_recorded_short_kernels_are_checked():
     seq["short"] = {"threads": 32, "elements": 16, "longest": 64}
     with pytest.raises(ValueError, match="tree plan"):
         plan_from_dict(seq)
+    summed = dataclasses.asdict(ex.compile(ex.PRESETS["selective scan"], target="cuda").scan_plan)
+    summed["short"] = {"threads": 32, "elements": 16, "longest": 64}
+    with pytest.raises(ValueError, match="sums no lanes"):
+        plan_from_dict(summed)
