@@ -149,15 +149,22 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
 
 
 def _lookback_block(plan: Any, kernels: list[dict[str, Any]]) -> None:
-    """The plan's look-back threads are its look-back kernel's block: a record whose plan says
-    otherwise is refused (the runtime would launch the kernel's block, the explorer show the
-    plan's)."""
-    if plan.lookback is None:
-        return
-    blocks = [k.get("block") for k in kernels if str(k.get("name", "")).endswith("_lookback")]
-    if blocks != [[plan.lookback.threads, 1, 1]]:
+    """The plan's look-back threads are its look-back kernel's block, and its short kernel's
+    threads and longest sequence the short kernel's: a record whose plan says otherwise is
+    refused (the runtime would launch the kernels' blocks, the explorer show the plan's)."""
+    def blocks(suffix: str) -> list[Any]:
+        return [k.get("block") for k in kernels if str(k.get("name", "")).endswith(suffix)]
+    if plan.lookback is not None and blocks("_lookback") != [[plan.lookback.threads, 1, 1]]:
         raise ValueError(f"the record's plan (look-back blocks of {plan.lookback.threads} "
-                         f"threads) disagrees with its look-back kernel's block ({blocks!r:.60})")
+                         f"threads) disagrees with its look-back kernel's block "
+                         f"({blocks('_lookback')!r:.60})")
+    short = plan.short
+    want = [[[short.threads, 1, 1], short.longest]] if short is not None else []
+    got = [[k.get("block"), k.get("launch_unless_longer_than")] for k in kernels
+           if str(k.get("name", "")).endswith("_short")]
+    if got != want:
+        raise ValueError(f"the record's plan (short kernel {short}) disagrees with its short "
+                         f"kernels ({got!r:.80})")
 
 
 def _param_rows(opts: dict[str, Any], form: Any, kernels: list[dict[str, Any]]

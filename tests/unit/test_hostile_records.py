@@ -314,3 +314,29 @@ def test_a_record_whose_lookback_threads_disagree_with_its_kernel_is_refused(tmp
     _rewrite(path, lambda p: _lookback_plan(p, 128, block=128, drop=True))
     old = compiler.load_compiled(path)
     assert old.scan_plan.lookback.threads == 128 and old.scan_plan.grid.tile == 128 * 16
+
+
+def test_a_record_whose_short_kernel_disagrees_with_its_plan_is_refused(tmp_path):
+    """The runtime launches the short kernel as its manifest says (block, longest sequence),
+    the explorer shows the plan's ``scan.short``: a record where they differ, or where one has
+    a short kernel and the other none, is refused, re-hashed or not."""
+    c = ex.compile(AFFINE, target="cuda")
+    assert c.scan_plan.short is not None
+    path = c.dump(tmp_path / "r.json")
+    assert compiler.load_compiled(path).scan_plan.short == c.scan_plan.short
+
+    def short_kernel(p):
+        return next(k for k in p["kernels"] if k["name"].endswith("_short"))
+    edits = [
+        lambda p: p["plan"]["short"].update(threads=64),
+        lambda p: p["plan"]["short"].update(longest=2048),
+        lambda p: short_kernel(p).update(block=[64, 1, 1]),
+        lambda p: short_kernel(p).update(launch_unless_longer_than=8192),
+        lambda p: p["plan"].update(short=None),
+        lambda p: p["kernels"].remove(short_kernel(p)),
+    ]
+    for edit in edits:
+        path = c.dump(tmp_path / "r.json")
+        _rewrite(path, edit)
+        with pytest.raises(ValueError, match="short"):
+            compiler.load_compiled(path)
