@@ -165,3 +165,28 @@ def test_recorded_short_kernels_are_checked():
     summed["short"] = {"threads": 32, "elements": 16, "longest": 64}
     with pytest.raises(ValueError, match="sums no lanes"):
         plan_from_dict(summed)
+
+
+@pytest.mark.parametrize("case", ["reverse", "varlen"])
+def test_the_host_runs_the_short_kernel_backwards_in_time_and_over_packed_sequences(case: str):
+    """The short kernel is the plain kernel's code: backwards in time (``reverse``) and over
+    packed sequences (``varlen``, the state restarted at each start) it agrees with the
+    reference, up to its longest and past it."""
+    rng = np.random.default_rng(7)
+    c = ex.compile(AFFINE, target="cpu", block_size=64, elements_per_thread=4, chunk_tiles=1,
+                   grid="chunked", short_tile="32x4", **{case: True})
+    assert c.scan_plan.short is not None and c.scan_plan.short.longest == 256
+    for lens in ([3], [200, 56], [5, 100, 60, 200]):
+        L = sum(lens)
+        a = rng.uniform(0.8, 1.0, (2, L)).astype(np.float32)
+        b = rng.standard_normal((2, L)).astype(np.float32)
+        if case == "reverse":
+            got = c(a=a, b=b)
+            ref = ex.reference(AFFINE, a=a[:, ::-1].copy(), b=b[:, ::-1].copy())[:, ::-1]
+        else:
+            cu = np.cumsum([0, *lens]).astype(np.int64)
+            got = c(a=a, b=b, cu_seqlens=cu)
+            ref = np.concatenate([ex.reference(AFFINE, a=a[:, s:e].copy(), b=b[:, s:e].copy())
+                                  for s, e in zip(cu[:-1], cu[1:], strict=True)], axis=1)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * float(np.abs(ref).max()),
+                                   err_msg=f"{case} {lens}")
