@@ -181,7 +181,7 @@ class Options:
     param_rows: str = "auto"
     #: one of WARP_SWEEPS
     warp_sweeps: str = "auto"
-    #: one of SHORT_TILES
+    #: one of SHORT_TILES, or "<threads>x<elements>" (see SHORT_TILES)
     short_tile: str = "auto"
 
     @property
