@@ -142,13 +142,13 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     from explorer.passes.plan import plan_from_dict
 
     plan = plan_from_dict(payload["plan"])
-    _lookback_block(plan, kernels)
+    _kernel_blocks(plan, kernels)
     return Compiled(rec, form, plan.picture(plan.threads), strategy, target, checked,
                     stages, passes, kernels, "", ptx, llvm_ir, ptx_info, key, from_cache=True,
                     trusted=False, scan_plan=plan)
 
 
-def _lookback_block(plan: Any, kernels: list[dict[str, Any]]) -> None:
+def _kernel_blocks(plan: Any, kernels: list[dict[str, Any]]) -> None:
     """The plan's look-back threads are its look-back kernel's block, and its short kernel's
     threads and longest sequence the short kernel's: a record whose plan says otherwise is
     refused (the runtime would launch the kernels' blocks, the explorer show the plan's)."""

@@ -161,6 +161,8 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
         lookback = plan.grid.scheme == "lookback"
         roles = ((("scan", ""), ("lookback", "_lookback")) if lookback else
                  (("reduce", "_reduce"), ("carry", "_carry"), ("scan", "")))
+        # sequences up to the short kernel's longest run there, the rest in the others
+        longest = plan.short.longest if plan.short is not None else None
         if plan.short is not None:
             roles = (("short", "_short"), *roles)
         for role, suffix in roles:
@@ -182,8 +184,6 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
             lane_loop = role == "scan" and lane_sum is not None and lane_sum.fused
             threads = (plan.lookback.threads if role == "lookback" else
                        int(opts.block_size))
-            # sequences up to the short kernel's longest run there, the rest here
-            longest = plan.short.longest if plan.short is not None else None
             out.append(KernelSpec(
                 f"{KERNEL_PREFIX}_{options.strategy}{suffix}", role, (threads, 1, 1), 1, dynamic,
                 0 if dynamic else static,
@@ -307,7 +307,7 @@ def _kernel_body(gen: Gen, spec: KernelSpec, th: Threads, bid: Value,
         sequential_block(gen, th, lay, bid, shared[0], hs)
     else:
         width = gen.alg.width
-        role = "scan" if spec.role == "short" else spec.role
+        _, role = tile_of(gen.options, plan, spec.role)    # the short kernel is a scan kernel
         count = stage_counts(gen.form, gen.options, plan)[role]
         stage, aggbuf = shared[:count], shared[count:count + width]
         if spec.role == "lookback":

@@ -355,17 +355,17 @@ def _short_tile(value: Any, strategy: str) -> str:
     if value in SHORT_TILES:
         return str(value)
     parts = value.split("x") if isinstance(value, str) else []
-    ok = (len(parts) == 2 and all(p.isdigit() and len(p) <= 4 for p in parts)
-          and all(int(p) & (int(p) - 1) == 0 for p in parts)
-          and 32 <= int(parts[0]) <= 1024 and 1 <= int(parts[1]) <= 16)
-    if not ok:
+    if len(parts) != 2 or not all(p.isdigit() and len(p) <= 4 for p in parts):
         raise OptionError(f"short_tile {value!r:.40} is not 'auto', 'none' or threads x "
                           "elements ('32x16': powers of two, 32 to 1024 threads, at most 16 "
                           "elements)")
+    # the block's bounds, as block_size's and elements_per_thread's
+    threads = _power_of_two(int(parts[0]), "short_tile's threads", 32, 1024)
+    elements = _power_of_two(int(parts[1]), "short_tile's elements", 1, 16)
     if strategy == "sequential":
         raise OptionError("short_tile gives a tree plan's short kernel; strategy 'sequential' "
                           "has none")
-    return f"{int(parts[0])}x{int(parts[1])}"
+    return f"{threads}x{elements}"
 
 
 #: the farthest in time an input may be read in place (``read_offsets``), either way

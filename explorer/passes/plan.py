@@ -138,6 +138,11 @@ class Grid:
     fill: float = 0.0
     unchunked_from: float = 0.0
 
+    @property
+    def shortest_chunk(self) -> int:
+        """Steps of the shortest chunk a call may cut (the longest a short kernel takes)."""
+        return self.tile * max(1, self.min_tiles)
+
 
 @dataclass(frozen=True)
 class Lookback:
@@ -329,7 +334,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
                      LOOKBACK_UNCHUNKED_FROM)
                 if scheme == "lookback" else
                 Grid("chunked", direction, o.tile, o.chunk_tiles, CHUNK_FILL, UNCHUNKED_FROM))
-        short = short_tile(o, grid.tile * max(1, grid.min_tiles))
+        short = short_tile(o, grid.shortest_chunk)
         if short is not None and lane_sum is not None:
             from explorer.errors import OptionError
             raise OptionError(f"short_tile {o.short_tile!r}: the plan sums the lanes of "

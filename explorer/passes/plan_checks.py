@@ -112,7 +112,7 @@ def check_short(plan: Any) -> None:
     if e % plan.vector_width:
         raise ValueError(f"a short kernel of {e} elements a thread cannot take the plan's "
                          f"accesses of {plan.vector_width}")
-    most = plan.grid.tile * max(1, plan.grid.min_tiles)
+    most = plan.grid.shortest_chunk
     if not 1 <= short.longest <= most:
         raise ValueError(f"a short kernel for sequences of up to {short.longest} steps: "
                          f"from 1 to {most} (the grid's shortest chunk)")
