@@ -229,7 +229,7 @@ def _grid_text(plan: Any) -> str:
         look = plan.lookback
         window = look.lanes * look.tiles_per_lane
         return (whole + f"one tile of {look.threads} threads x {look.elements} elements per "
-                "block, in one pass: the block publishes its tile's "
+                f"block, its tiles {look.layout}, in one pass: the block publishes its tile's "
                 "aggregate, warp 0 looks back over the tiles before it (scan.lookback: "
                 f"{window} tiles a round trip, waiting on tiles not yet published) for the "
                 "state before its tile, publishes the state after it, and the block applies "

@@ -131,8 +131,8 @@ def kernel_args(form: Any, options: Options | None = None, grid: Any = None,
     without options), and the states that a readout kernel reads back but nobody asked for
     are workspaces."""
     from explorer.passes.outputs import last_states, stored_outputs
-    from explorer.passes.plan import grid_scheme, lane_sum_of
-    from explorer.passes.plan_options import resolve_tiles
+    from explorer.passes.plan import lane_sum_of
+    from explorer.passes.plan_options import grid_scheme, resolve_tiles
 
     if options is not None:
         options = resolve_tiles(options, form.recurrence)   # a tile left open: the plan's

@@ -415,7 +415,10 @@ def _outputs(value: object) -> str | tuple[str, ...]:
 
 def tile_of(options: Options, plan: Any, role: str) -> tuple[Options, str]:
     """The options a kernel of ``role`` is emitted with, and the role whose layout it has: the
-    short kernel is the plain scan kernel with the plan's short tile."""
+    short kernel is the plain scan kernel with the plan's short tile; the look-back kernel
+    meets its tile as ``scan.lookback {layout}`` says."""
+    if role == "lookback" and plan.lookback is not None:
+        return replace(options, tile_layout=plan.lookback.layout), role
     if role != "short":
         return options, role
     return (replace(options, block_size=plan.short.threads,

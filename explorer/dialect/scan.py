@@ -41,7 +41,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "sweep": ("phase", "stride", "active", "via"),
     "grid": ("scheme", "direction", "tile", "min_tiles", "fill", "unchunked_from"),
     "warp_tile": ("sequences", "steps"),
-    "lookback": ("lanes", "tiles_per_lane", "elements", "threads"),
+    "lookback": ("lanes", "tiles_per_lane", "elements", "threads", "layout"),
     "short": ("threads", "elements", "longest", "layout"),
     "store": ("outputs",),
     "lane_sum": ("readouts", "scheme"),

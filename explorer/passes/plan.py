@@ -34,12 +34,14 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   tiles before it, a warp at a time: Merrill and Garland's decoupled look-back), or
   ``chunked``: chunks of whole tiles (reduce each chunk, carry across chunks, rescan from the
   carry: the inputs are read twice), the chunk length chosen per call by this rule;
-* ``scan.lookback {lanes = 32, tiles_per_lane, elements, threads}`` (look-back grids only): the
-  warp that looks back examines ``lanes * tiles_per_lane`` tiles per round trip to memory; a
-  look-back block has ``threads`` threads (its tree is ``scan.block``'s tree over them, the
-  sweeps ``sweeps_of(tree, threads)``, in shared memory), each composing ``elements``
-  elements (its tile, ``scan.grid {tile}``, is ``threads * elements``; the plain kernel of
-  whole sequences keeps ``scan.block {threads}`` and ``scan.thread {elements}``);
+* ``scan.lookback {lanes = 32, tiles_per_lane, elements, threads, layout}`` (look-back grids
+  only): the warp that looks back examines ``lanes * tiles_per_lane`` tiles per round trip to
+  memory; a look-back block has ``threads`` threads (its tree is ``scan.block``'s tree over
+  them, the sweeps ``sweeps_of(tree, threads)``, in shared memory), each composing
+  ``elements`` elements (its tile, ``scan.grid {tile}``, is ``threads * elements``) and meets
+  its tile as ``layout`` says (``scan.thread``'s layouts: staged for 16-bit inputs whose plain
+  kernel is direct, see :func:`lookback_layout`; the plain kernel of whole sequences keeps
+  ``scan.block {threads}`` and ``scan.thread {elements, layout}``);
 * ``scan.short {threads, elements, longest, layout}`` (tree plans, optional): sequences of at
   most ``longest`` steps run whole in a kernel of their own whose block has ``threads`` threads
   of ``elements`` elements (the same tree over them) and meets its tile as ``layout`` says
@@ -96,11 +98,11 @@ from explorer.passes.plan_checks import (
     short_from,
 )
 from explorer.passes.plan_options import (
+    grid_scheme,
     lookback_elements,
+    lookback_layout,
     lookback_threads,
     resolve_tiles,
-    scalar_first_order,
-    short_layout,
     short_tile,
     shuffled_sweeps,
     tile_layout,
@@ -154,6 +156,7 @@ class Lookback:
     tiles_per_lane: int
     elements: int
     threads: int
+    layout: str = "staged"    # how its tile meets the threads: staged | direct (scan.thread's)
 
     def sweeps(self, tree: str) -> tuple[Sweep, ...]:
         """The levels of the look-back block's tree (``tree`` over :attr:`threads`), all in
@@ -296,22 +299,6 @@ def lane_sum_of(form: Any, stored: tuple[str, ...], strategy: str, grid: str
     return LaneSum(readouts, "readout-kernel" if grid == "lookback" else "lane-loop")
 
 
-def grid_scheme(form: Any, options: Any) -> str:
-    """The grid level the options ask for, ``"auto"`` resolved: the look-back scan for a tree
-    plan of a scalar first-order state (its tiles publish through the packed protocol of
-    :mod:`explorer.codegen.lower_lookback`, one load a round), the chunked scan for the rest
-    (vector states, whose readouts the chunked grid sums in the scan kernel, and states of
-    several components) and for chips whose PTX cannot hold the look-back kernel (sm_70,
-    sm_72)."""
-    from explorer.codegen.options import lookback_supported
-
-    if options.grid != "auto":
-        return str(options.grid)
-    fits = (options.strategy in TREES and scalar_first_order(form)
-            and lookback_supported(options.chip))
-    return "lookback" if fits else "chunked"
-
-
 def choose_plan(form: Any, options: Any) -> Plan:
     """The plan for ``form`` under ``options`` (what ``scan-plan`` writes as ops)."""
     from explorer.codegen.contract import CHUNK_FILL, LOOKBACK_UNCHUNKED_FROM, UNCHUNKED_FROM
@@ -343,13 +330,13 @@ def choose_plan(form: Any, options: Any) -> Plan:
         layout = tile_layout(form, o, stored, lane_sum)
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size, shuffled_sweeps(o)), grid,
-                    lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look, threads)
+                    lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look, threads,
+                                       lookback_layout(form, o, layout))
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
                     vector_width=o.vector_elements,
                     layout=layout, reads=o.read_offsets,
-                    short=(Short(*short, short_layout(o, layout)) if short is not None
-                           else None))
+                    short=Short(*short, layout) if short is not None else None)
     return Plan("sequential", o.block_size, 1, "none", (),
                 Grid("sequence-per-thread", direction),
                 tile_steps=seq_layout(form, o, stored, lane_sum).steps, stored=stored,
@@ -378,7 +365,8 @@ def write_plan(plan: Plan, readout_loc: Any = None) -> None:
         scan.create("lookback", {"lanes": plan.lookback.lanes,
                                  "tiles_per_lane": plan.lookback.tiles_per_lane,
                                  "elements": plan.lookback.elements,
-                                 "threads": plan.lookback.threads})
+                                 "threads": plan.lookback.threads,
+                                 "layout": plan.lookback.layout})
     if plan.short is not None:
         scan.create("short", {"threads": plan.short.threads, "elements": plan.short.elements,
                               "longest": plan.short.longest, "layout": plan.short.layout})
@@ -423,7 +411,8 @@ def plan_from_dict(raw: Any) -> Plan:
                 str(raw["tree"]), sweeps,
                 Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
-                lookback_from(raw.get("lookback"), int(raw["threads"])),
+                lookback_from(raw.get("lookback"), int(raw["threads"]),
+                              str(raw.get("layout", "staged"))),
                 tuple(str(o) for o in raw["stored"]), lane_sum_from(raw.get("lane_sum")),
                 bool(raw.get("segments", False)), int(raw.get("vector_width", 1)),
                 str(raw.get("layout", "staged")), reads_from(raw.get("reads")),
@@ -480,7 +469,9 @@ def read_plan(module_op: Any) -> Plan:
                 grid=Grid(grid["scheme"], grid["direction"], grid["tile"], grid["min_tiles"],
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
-                lookback=lookback_from(look, block["threads"]), stored=tuple(store["outputs"]),
+                lookback=lookback_from(look, block["threads"],
+                                       thread["layout"] if thread else "staged"),
+                stored=tuple(store["outputs"]),
                 lane_sum=lane_sum_from(lane_sum), segments=segments is not None,
                 vector_width=thread["vector_width"] if thread else 1,
                 layout=thread["layout"] if thread else "staged",

@@ -69,16 +69,17 @@ def _fields(raw: Any, what: str, keys: tuple[str, ...]) -> dict[str, Any]:
     return raw
 
 
-def lookback_from(raw: Any, threads: int) -> Any:
-    """A plan's look-back (None: none); ``threads``, the block's, where it names none (a plan
-    written before the look-back block had threads of its own)."""
+def lookback_from(raw: Any, threads: int, layout: str) -> Any:
+    """A plan's look-back (None: none); ``threads``, the block's, and ``layout``, the plan's,
+    where it names none (a plan written before the look-back block had threads or a layout of
+    its own)."""
     if raw is None:
         return None
     raw = _fields(raw, "lookback", ("lanes", "tiles_per_lane", "elements"))
     from explorer.passes.plan import Lookback
 
     return Lookback(int(raw["lanes"]), int(raw["tiles_per_lane"]), int(raw["elements"]),
-                    int(raw.get("threads", threads)))
+                    int(raw.get("threads", threads)), str(raw.get("layout", layout)))
 
 
 def short_from(raw: Any, layout: str) -> Any:
@@ -141,6 +142,9 @@ def check_lookback(plan: Any) -> None:
         if plan.grid.tile != n * e:
             raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
                              f"{n} threads x {e} elements")
+        if look.layout not in ("staged", "direct"):
+            raise ValueError(f"a look-back kernel's tiles {look.layout!r:.40} are not a layout "
+                             "the lowering implements (staged or direct)")
 
 
 def reads_from(raw: Any) -> tuple[tuple[str, int], ...]:

@@ -113,20 +113,29 @@ SHORT_TILE = (32, 16)
 SHORT_LONGEST = 4096
 
 
-#: the 16-bit dtypes, whose short kernel loads its tiles direct (``tile_layout="auto"``):
-#: measured on an H200 (bfloat16, one call; README, *Speed*), 32 x 16 direct against staged
-#: 0.868 / 0.772 of a copy at 4096 x 2^10, 0.825 / 0.658 at 16384 x 2^9, 1.112 / 1.075 at
-#: 131072 x 2^11, 0.872 / 0.788 at 8192 x 2^10
-DIRECT_SHORT_DTYPES = ("bfloat16", "float16")
+#: the 16-bit dtypes, whose plain and short kernels load their tiles direct and whose look-back
+#: kernel stages them (``tile_layout="auto"``, a scalar first-order state moving at most
+#: LOOKBACK_WIDE_STREAMS arrays): measured on an H200 (bfloat16, one call each; README, *Speed*):
+#: the short kernel's 32 x 16 direct against staged 0.868 / 0.772 of a copy at 4096 x 2^10,
+#: 0.825 / 0.658 at 16384 x 2^9, 1.112 / 1.075 at 131072 x 2^11; the plain kernel's 64 x 16 0.889
+#: / 0.837 at 1024 x 2^14; the look-back kernel's 256 x 16 0.395 / 0.572 at 1 x 2^26 (direct, it
+#: holds its inputs in registers through the tree and the wait: 104 registers, half the blocks)
+DIRECT_DTYPES = ("bfloat16", "float16")
 
 
-def short_layout(options: Any, layout: str) -> str:
-    """How the short kernel meets its tile: ``layout`` (the plan's) where ``tile_layout`` is
-    given or the inputs are float32, ``direct`` for 16-bit inputs on the GPU."""
-    if (options.tile_layout == "auto" and options.target == "cuda"
-            and options.dtype in DIRECT_SHORT_DTYPES):
-        return "direct"
-    return layout
+def narrow_direct(form: Any, options: Any) -> bool:
+    """Whether ``tile_layout="auto"`` gives the plain and short kernels of ``form`` direct
+    tiles and its look-back kernel staged ones: 16-bit inputs of a scalar first-order state on
+    the GPU whose tile moves at most LOOKBACK_WIDE_STREAMS arrays."""
+    return bool(options.tile_layout == "auto" and options.target == "cuda"
+                and options.dtype in DIRECT_DTYPES and scalar_first_order(form)
+                and few_streams(form.recurrence, options.outputs))
+
+
+def lookback_layout(form: Any, options: Any, layout: str) -> str:
+    """How the look-back kernel meets its tile (``scan.lookback {layout}``): ``layout``
+    (``scan.thread``'s), but staged where :func:`narrow_direct` made that direct."""
+    return "staged" if narrow_direct(form, options) else layout
 
 
 def short_tile(options: Any, grid_steps: int) -> tuple[int, int, int] | None:
@@ -145,17 +154,37 @@ def short_tile(options: Any, grid_steps: int) -> tuple[int, int, int] | None:
 
 def tile_layout(form: Any, options: Any, stored: tuple[str, ...],
                 lane_sum: Any) -> str:
-    """``tile_layout`` resolved (``scan.thread {layout}``). ``auto`` is ``direct`` for a tree
-    plan on the GPU whose kernels stream no output through the tile: the lane loop of a fused
-    lane sum that stores its readouts alone (and last states), where the stage would only hold
-    inputs; ``staged`` for the rest."""
+    """``tile_layout`` resolved (``scan.thread {layout}``, the plain kernel's and the short
+    kernel's). ``auto`` is ``direct`` for 16-bit inputs where :func:`narrow_direct` says so,
+    and for a tree plan on the GPU whose kernels stream no output through the tile: the lane
+    loop of a fused lane sum that stores its readouts alone (and last states), where the stage
+    would only hold inputs; ``staged`` for the rest."""
     from explorer.passes.plan_checks import TREES
 
     if options.tile_layout != "auto":
         return str(options.tile_layout)
     if options.target != "cuda" or options.strategy not in TREES:
         return "staged"
+    if narrow_direct(form, options):
+        return "direct"
     rec = form.recurrence
     summed = lane_sum.readouts if lane_sum is not None and lane_sum.scheme == "lane-loop" else ()
     streamed = [o for o in stored if o in rec.states or (o in rec.readouts and o not in summed)]
     return "direct" if summed and not streamed else "staged"
+
+
+def grid_scheme(form: Any, options: Any) -> str:
+    """The grid level the options ask for, ``"auto"`` resolved: the look-back scan for a tree
+    plan of a scalar first-order state (its tiles publish through the packed protocol of
+    :mod:`explorer.codegen.lower_lookback`, one load a round), the chunked scan for the rest
+    (vector states, whose readouts the chunked grid sums in the scan kernel, and states of
+    several components) and for chips whose PTX cannot hold the look-back kernel (sm_70,
+    sm_72)."""
+    from explorer.codegen.options import lookback_supported
+    from explorer.passes.plan_checks import TREES
+
+    if options.grid != "auto":
+        return str(options.grid)
+    fits = (options.strategy in TREES and scalar_first_order(form)
+            and lookback_supported(options.chip))
+    return "lookback" if fits else "chunked"

@@ -112,23 +112,54 @@ def test_the_host_runs_the_short_kernel_and_the_others_against_the_reference(gri
                                    atol=1e-4 * float(np.abs(ref).max()), err_msg=f"L={L}")
 
 
-def test_16_bit_inputs_take_direct_short_tiles():
-    """bfloat16 and float16 tiles meet the short kernel's threads direct (measured faster on an
-    H200), the other kernels keep theirs; a layout given is every kernel's."""
+def _kernel(lowered: str, name: str) -> str:
+    """The text of one gpu.func of a lowered module."""
+    start = lowered.index(f"gpu.func @{name}(")
+    end = lowered.find("gpu.func @", start + 1)
+    return lowered[start:end if end > 0 else len(lowered)]
+
+
+def test_16_bit_inputs_take_direct_plain_and_short_tiles_and_a_staged_lookback():
+    """bfloat16 and float16 tiles meet the plain and short kernels' threads direct and the
+    look-back kernel's through the stage (each measured faster on an H200); float32 stages
+    them; a layout given is every kernel's."""
     for dtype in ("bfloat16", "float16"):
         c = ex.compile(AFFINE, target="cuda", dtype=dtype)
-        assert c.scan_plan.short == Short(32, 16, 4096, "direct")
-        assert c.scan_plan.layout == "staged"
-        assert "its tiles direct" in c.stages["plan"].text
+        plan = c.scan_plan
+        assert (plan.layout, plan.short, plan.lookback.layout) == (
+            "direct", Short(32, 16, 4096, "direct"), "staged")
+        text = c.stages["plan"].text
+        assert "its tiles direct" in text and "its tiles staged, in one pass" in text
         lowered = c.stages["scan-lower"].text
-        short = lowered[lowered.index("gpu.func @scanweaver_blelloch_short"):
-                        lowered.index("gpu.func @scanweaver_blelloch(")]
-        plain = lowered[lowered.index("gpu.func @scanweaver_blelloch("):]
+        short, plain, look = (_kernel(lowered, f"scanweaver_blelloch{k}")
+                              for k in ("_short", "", "_lookback"))
         # a direct tile never goes through the stage, so its block has fewer barriers
-        assert short.count("gpu.barrier") < plain.count("gpu.barrier")
-    assert ex.compile(AFFINE, target="cuda").scan_plan.short.layout == "staged"
-    staged = ex.compile(AFFINE, target="cuda", dtype="bfloat16", tile_layout="staged")
-    assert staged.scan_plan.short.layout == "staged"
+        assert short.count("gpu.barrier") < look.count("gpu.barrier")
+        assert plain.count("gpu.barrier") < look.count("gpu.barrier")
+    f32 = ex.compile(AFFINE, target="cuda").scan_plan
+    assert (f32.layout, f32.short.layout, f32.lookback.layout) == ("staged",) * 3
+    for layout in ("staged", "direct"):
+        given = ex.compile(AFFINE, target="cuda", dtype="bfloat16", tile_layout=layout).scan_plan
+        assert (given.layout, given.short.layout, given.lookback.layout) == (layout,) * 3
+    # the rule is the affine scan's (a scalar first-order state): a state of two components
+    # keeps its staged tiles in 16 bits
+    pair = ex.compile("h[t] = a[t] * h[t-1] + b[t] * h[t-2] + x[t]", target="cuda",
+                      dtype="bfloat16").scan_plan
+    assert pair.layout == "staged"
+
+
+def test_recorded_lookback_layouts_are_checked():
+    plan = ex.compile(AFFINE, target="cuda", dtype="bfloat16").scan_plan
+    assert plan_from_dict(dataclasses.asdict(plan)) == plan
+    # a look-back recorded before it had a layout of its own: the plan's (as it was built)
+    old = dataclasses.asdict(plan)
+    del old["lookback"]["layout"]
+    assert plan_from_dict(old).lookback.layout == plan.layout == "direct"
+    for layout in ("diagonal", "", "staged " * 20):
+        bad = dataclasses.asdict(plan)
+        bad["lookback"]["layout"] = layout
+        with pytest.raises(ValueError, match="look-back kernel's tiles"):
+            plan_from_dict(bad)
 
 
 def test_recorded_short_kernels_are_checked():
@@ -190,3 +221,23 @@ def test_the_host_runs_the_short_kernel_backwards_in_time_and_over_packed_sequen
                                   for s, e in zip(cu[:-1], cu[1:], strict=True)], axis=1)
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * float(np.abs(ref).max()),
                                    err_msg=f"{case} {lens}")
+
+
+def test_the_benchmark_names_the_kernels_a_length_launches(tmp_path):
+    """``scanweaver bench`` notes which kernels ran a shape: the short kernel up to its
+    longest, the plain one for whole longer sequences, the look-back one for cut sequences."""
+    from types import SimpleNamespace
+
+    from explorer.bench.generated import _kernels_run
+    from explorer.runtime.artifact import load_artifact
+    from explorer.runtime.cuda_modules import call_sizes
+
+    art = load_artifact(ex.compile(AFFINE, target="cuda").save(tmp_path / "affine"))
+
+    def note(L: int, time_chunk: int) -> str:
+        sizes = call_sizes(art, 4, 1, L, time_chunk=time_chunk)
+        return _kernels_run(art, SimpleNamespace(L=L, sizes=sizes))
+
+    assert note(4096, 1 << 20) == "launches blelloch_short"
+    assert note(4097, 1 << 20) == "launches blelloch"
+    assert note(8192, 4096) == "launches blelloch_lookback"

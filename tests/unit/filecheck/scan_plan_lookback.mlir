@@ -8,4 +8,4 @@
 // CHECK-NEXT: "scan.block"() {threads = 64 : i64, tree = "kogge_stone"}
 // CHECK-COUNT-6: "scan.sweep"() {{{.*}}phase = "scan"
 // CHECK-NEXT: "scan.grid"() {direction = "forward", fill = {{.*}}, min_tiles = 1 : i64, scheme = "lookback", tile = 4096 : i64, unchunked_from = 1.000000e-01 : f64}
-// CHECK-NEXT: "scan.lookback"() {elements = 16 : i64, lanes = 32 : i64, threads = 256 : i64, tiles_per_lane = 1 : i64}
+// CHECK-NEXT: "scan.lookback"() {elements = 16 : i64, lanes = 32 : i64, layout = "staged", threads = 256 : i64, tiles_per_lane = 1 : i64}
