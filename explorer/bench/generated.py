@@ -91,19 +91,18 @@ def generated(path: str | os.PathLike[str], name: str | None = None,
             def check() -> float:
                 return max_rel_error(output(), ref, xp=cp)
 
-        return Prepared(launch.launch, output, check=check,
-                        note=f"{art.describe()}; {_kernels_run(art, launch)}")
+        return Prepared(launch.launch, output, note=art.describe(), check=check,
+                        kernels=kernels_run(art, launch))
 
     return Method(label, "generated", setup, art.describe(), artifact=str(path),
                   dtypes=(art.dtype,))
 
 
-def _kernels_run(art: Any, launch: Any) -> str:
+def kernels_run(art: Any, launch: Any) -> tuple[str, ...]:
     """Which of the artifact's kernels a call launches (by the manifest's launch bounds for
     its length): the short, plain, look-back or chunked ones."""
-    names = [k.name.removeprefix("scanweaver_") for k in art.kernels
-             if k.launched(launch.L, launch.sizes)]
-    return f"launches {' + '.join(names)}"
+    return tuple(k.name.removeprefix("scanweaver_") for k in art.kernels
+                 if k.launched(launch.L, launch.sizes))
 
 
 @dataclass
@@ -229,6 +228,6 @@ def _general_setup(art: Any, p: Problem, N: int) -> Prepared:
     moved = 4 * (sum(int(np.size(v)) for v in g.arrays.values())
                  + sum(int(v.size) for v in launch.outputs.values()))
     return Prepared(launch.launch, lambda: None, check=check, bytes_moved=moved,
-                    note=f"{art.describe()}; {_kernels_run(art, launch)}; own inputs "
-                         f"(N={g.lanes}), bytes = inputs + outputs; "
+                    kernels=kernels_run(art, launch),
+                    note=f"{art.describe()}; own inputs (N={g.lanes}), bytes = inputs + outputs; "
                          f"{g.described}")

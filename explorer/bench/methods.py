@@ -67,6 +67,8 @@ class Prepared:
     # itself: check() -> max rel err, and says how many bytes it moves
     check: Callable[[], float] | None = None
     bytes_moved: int | None = None
+    #: the kernels a call runs (ours: which of a compile's kernels its length launches)
+    kernels: tuple[str, ...] = ()
 
 
 @dataclass

@@ -127,7 +127,8 @@ def format_table(records: Sequence[Record], title: str | None = None) -> str:
     rows: list[tuple[str, ...]] = []
     for r in records:
         if r.status == "ok":
-            note = f"{r.reps} reps, {r.timer}"
+            ran = r.extra.get("kernels")
+            note = f"{r.reps} reps, {r.timer}" + (f"; ran {' + '.join(ran)}" if ran else "")
         else:
             note = r.reason
         rows.append((

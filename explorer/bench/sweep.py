@@ -173,6 +173,8 @@ def _measure(method: Method, problem: Problem, ref: Any, opts: Options,
     try:
         prepared = method.setup(problem)
         rec.note = prepared.note
+        if prepared.kernels:
+            rec.extra["kernels"] = list(prepared.kernels)
         check_s = 0.0
         if method.kind != "roofline":
             got, check_s = _call(prepared, cp)

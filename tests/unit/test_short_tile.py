@@ -228,16 +228,26 @@ def test_the_benchmark_names_the_kernels_a_length_launches(tmp_path):
     longest, the plain one for whole longer sequences, the look-back one for cut sequences."""
     from types import SimpleNamespace
 
-    from explorer.bench.generated import _kernels_run
+    from explorer.bench.generated import kernels_run
     from explorer.runtime.artifact import load_artifact
     from explorer.runtime.cuda_modules import call_sizes
 
     art = load_artifact(ex.compile(AFFINE, target="cuda").save(tmp_path / "affine"))
 
-    def note(L: int, time_chunk: int) -> str:
+    def ran(L: int, time_chunk: int) -> tuple[str, ...]:
         sizes = call_sizes(art, 4, 1, L, time_chunk=time_chunk)
-        return _kernels_run(art, SimpleNamespace(L=L, sizes=sizes))
+        return kernels_run(art, SimpleNamespace(L=L, sizes=sizes))
 
-    assert note(4096, 1 << 20) == "launches blelloch_short"
-    assert note(4097, 1 << 20) == "launches blelloch"
-    assert note(8192, 4096) == "launches blelloch_lookback"
+    assert ran(4096, 1 << 20) == ("blelloch_short",)
+    assert ran(4097, 1 << 20) == ("blelloch",)
+    assert ran(8192, 4096) == ("blelloch_lookback",)
+    chunked = load_artifact(ex.compile(AFFINE, target="cuda", grid="chunked",
+                                       short_tile="none").save(tmp_path / "chunked"))
+    sizes = call_sizes(chunked, 4, 1, 8192, time_chunk=4096)
+    assert kernels_run(chunked, SimpleNamespace(L=8192, sizes=sizes)) == (
+        "blelloch_reduce", "blelloch_carry", "blelloch")
+    # the table says so beside the repetitions
+    from explorer.bench.results import Record, format_table
+    rec = Record("scanweaver-blelloch", "generated", 4, 4096, "ok", time_ms=0.01, gbps=1.0,
+                 reps=10, timer="cuda-events", extra={"kernels": list(ran(4096, 1 << 20))})
+    assert "10 reps, cuda-events; ran blelloch_short" in format_table([rec])
