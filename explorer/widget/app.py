@@ -10,15 +10,26 @@ under the text box; nothing raises into the notebook cell.
 from __future__ import annotations
 
 import contextlib
-import html
 import time
-import traceback
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
 from explorer.widget.backward import BackwardToggle
+from explorer.widget.controls import (
+    BLOCK_SIZES,
+    CONTROLLED,
+    ELEMENTS_PER_THREAD,
+    FAST_MATH_CHOICES,
+    OUTPUTS_TOOLTIP,
+    TILE_LAYOUT_CHOICES,
+    choices,
+    error_html,
+    kept_html,
+    outputs_choices,
+    short_tile_choices,
+)
 from explorer.widget.highlight import style_sheet
 from explorer.widget.run import RunPanel
 from explorer.widget.views import (
@@ -34,43 +45,6 @@ from explorer.widget.views import (
 
 if TYPE_CHECKING:
     from explorer.compiler import Compiled
-
-_STRATEGY_LABELS = {"blelloch": "Blelloch (work-efficient tree)", "sequential": "sequential",
-                    "kogge_stone": "Kogge-Stone", "warp_shuffle": "warp shuffles"}
-#: "auto": the plan's tile for the recurrence (both left open; see *Options* in the README)
-BLOCK_SIZES: list[int | str] = ["auto", 32, 64, 128, 256, 512, 1024]
-ELEMENTS_PER_THREAD: list[int | str] = ["auto", 1, 2, 4, 8, 16]
-#: the labels of the ``outputs`` option's keywords (explorer.codegen.options.OUTPUTS)
-OUTPUTS_LABELS = {"readouts": "readouts (default)", "states": "states",
-                  "all": "states and readouts"}
-OUTPUTS_TOOLTIP = ("what the kernels store and a call returns (the plan's scan.store): "
-                   "readouts: the readouts alone (y), or the states of a recurrence that has "
-                   "none; states: the states alone (no readout is computed); states and "
-                   "readouts: both. A state nobody asked for is never written to memory.")
-
-
-def _choices() -> tuple[list[tuple[str, str]], list[str], list[str]]:
-    """Strategies, chips and dtypes the compiler accepts (read from its option checker)."""
-    from explorer.codegen import options
-
-    strategies = [(_STRATEGY_LABELS.get(s, s), s) for s in options.STRATEGIES]
-    strategies.sort(key=lambda pair: pair[1] != "blelloch")
-    chips = sorted(options.CHIP_PTX, key=lambda c: (int("".join(filter(str.isdigit, c))), c))
-    return strategies, chips, list(options.DTYPES)
-
-
-def outputs_choices(chosen: str | tuple[str, ...] = "readouts") -> list[tuple[str, Any]]:
-    """The outputs dropdown's (label, value) pairs: the keywords of the ``outputs`` option and,
-    when ``chosen`` is a tuple of output names (given by code, or read from a record), that
-    tuple as one more choice, labelled with its names."""
-    from explorer.codegen.options import OUTPUTS
-
-    choices: list[tuple[str, Any]] = [(OUTPUTS_LABELS.get(o, o), o) for o in OUTPUTS]
-    if chosen not in OUTPUTS:
-        names = (chosen,) if isinstance(chosen, str) else tuple(chosen)
-        choices.append((", ".join(names), names))
-    return choices
-
 
 _WIDGET_CSS = """
 <style>
@@ -91,55 +65,6 @@ def presets() -> dict[str, str]:
 
     table: dict[str, str] = dict(preset_module.PRESETS)
     return table
-
-
-def _error_html(err: BaseException) -> str:
-    """The error as the person should read it: the message (with its caret) and, for an error we
-    did not expect, the traceback folded away."""
-    from explorer.errors import CompileError, OptionError, RecurrenceError
-
-    if isinstance(err, RecurrenceError):
-        title = "The recurrence is not valid"
-        body = str(err)
-    elif isinstance(err, OptionError):
-        title = "That option is not supported"
-        body = str(err)
-    elif isinstance(err, CompileError):
-        title = "Compilation failed"
-        body = str(err)
-    else:
-        title = f"Internal error ({type(err).__name__})"
-        body = str(err)
-    out = (f"<div class='sw-error'><b style='color:#a00000'>{html.escape(title)}</b>"
-           f"<pre>{html.escape(body)}</pre>")
-    if not isinstance(err, RecurrenceError | OptionError | CompileError):
-        trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-        out += ("<details><summary>traceback</summary>"
-                f"<pre>{html.escape(trace)}</pre></details>")
-    return out + "</div>"
-
-
-#: the compile options the options row has a control for
-CONTROLLED = frozenset({"target", "strategy", "block_size", "elements_per_thread", "chip",
-                        "dtype", "reverse", "grid", "outputs", "fast_math", "tile_layout"})
-#: the fast-math box: (label, value of the option ``fast_math``)
-FAST_MATH_CHOICES = (("FMA contraction (nvcc's default)", "contract"),
-                     ("fast: approximate exp, log, division", "fast"),
-                     ("none: every operation rounded", "none"))
-#: the tiles box: (label, value of the option ``tile_layout``)
-TILE_LAYOUT_CHOICES = (("auto", "auto"), ("staged (shared memory)", "staged"),
-                       ("direct (registers)", "direct"))
-
-
-def _kept_html(kept: dict[str, Any], source: str = "the compiled record") -> str:
-    """The line under the options row naming the options kept without a control (a record's,
-    or the adjoint's while the backward is shown)."""
-    if not kept:
-        return ""
-    listed = ", ".join(f"{k}={v!r}" for k, v in sorted(kept.items()))
-    return (f"<div style='font-size:12px;color:#555'>also kept from {html.escape(source)} (no "
-            f"control here; every compile from these controls uses them): "
-            f"<code>{html.escape(listed)}</code></div>")
 
 
 class Explorer(widgets.VBox):
@@ -170,7 +95,8 @@ class Explorer(widgets.VBox):
                  elements_per_thread: int | str | None = None, chip: str = "sm_90",
                  dtype: str = "float32", reverse: bool = False, grid: str | None = None,
                  outputs: str | tuple[str, ...] | None = None,
-                 fast_math: str | None = None, tile_layout: str | None = None) -> None:
+                 fast_math: str | None = None, tile_layout: str | None = None,
+                 short_tile: str | None = None) -> None:
         from explorer.codegen.options import GRIDS, Options, layout_choice, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
@@ -189,6 +115,7 @@ class Explorer(widgets.VBox):
             outputs = opts.get("outputs", "readouts")
             fast_math = opts.get("fast_math", "contract")
             tile_layout = opts.get("tile_layout", "auto")
+            short_tile = opts.get("short_tile", "auto")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         #: options of a given record that no control sets (``varlen``, ``out_dtype``,
@@ -206,6 +133,8 @@ class Explorer(widgets.VBox):
             fast_math = defaults.fast_math
         if tile_layout is None:
             tile_layout = defaults.tile_layout
+        if short_tile is None:
+            short_tile = defaults.short_tile
         if block_size is None:
             block_size = defaults.block_size
         if elements_per_thread is None:
@@ -216,7 +145,8 @@ class Explorer(widgets.VBox):
         outputs = validate(strategy, target, block_size=block_size,
                            elements_per_thread=elements_per_thread, chip=chip, dtype=dtype,
                            reverse=reverse, grid=grid, outputs=outputs,
-                           fast_math=fast_math, tile_layout=tile_layout).outputs
+                           fast_math=fast_math, tile_layout=tile_layout,
+                           short_tile=short_tile).outputs
         if isinstance(recurrence, Recurrence):
             recurrence = recurrence.text
         if not isinstance(recurrence, str):
@@ -244,7 +174,7 @@ class Explorer(widgets.VBox):
         self.status = widgets.HTML()
 
         # -- options -------------------------------------------------------------------------
-        strategies, chips, dtypes = _choices()
+        strategies, chips, dtypes = choices()
         narrow = widgets.Layout(width="210px")
         style = {"description_width": "initial"}
         self.target = widgets.Dropdown(options=[("CUDA (PTX)", "cuda"), ("CPU", "cpu")],
@@ -300,6 +230,14 @@ class Explorer(widgets.VBox):
             tooltip="how a tile reaches the threads on the GPU (scan.thread {layout}): through "
                     "the shared-memory stage, or each thread's own elements in registers")
         self.tile_layout.add_class("sw-tile-layout")
+        # the tree plan's kernel of its own for short sequences (scan.short): off, or a tile
+        self.short_tile = widgets.Dropdown(
+            options=short_tile_choices(short_tile), value=short_tile,
+            description="short kernel", disabled=strategy == "sequential",
+            layout=widgets.Layout(width="210px"), style=style,
+            tooltip="sequences of at most 4096 steps in a kernel of their own (scan.short): "
+                    "auto, off, or its threads x elements")
+        self.short_tile.add_class("sw-short-tile")
         if len(dtypes) == 1:
             self.dtype.disabled = True
             self.dtype.tooltip = f"the compiler generates {dtypes[0]} kernels"
@@ -324,7 +262,7 @@ class Explorer(widgets.VBox):
                                           for v in self._views],
                                 titles=self.TAB_TITLES)
 
-        self.kept = widgets.HTML(_kept_html(self.kept_options))
+        self.kept = widgets.HTML(kept_html(self.kept_options))
         self.kept.add_class("sw-kept-options")
         header = widgets.HTML(_WIDGET_CSS + style_sheet()
                               + "<div class='sw-title'>ScanWeaver Explorer</div>")
@@ -337,7 +275,8 @@ class Explorer(widgets.VBox):
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
                           self.elements_per_thread, self.grid, self.outputs, self.dtype,
-                          self.fast_math, self.tile_layout, self.chip, self.reverse],
+                          self.fast_math, self.tile_layout, self.short_tile, self.chip,
+                          self.reverse],
                          layout=widgets.Layout(flex_flow="row wrap")),
             self.kept,
             self.times.widget,
@@ -350,7 +289,7 @@ class Explorer(widgets.VBox):
         self.compile_button.on_click(lambda _b: self.recompile())
         for control in (self.target, self.strategy, self.block_size, self.elements_per_thread,
                         self.grid, self.outputs, self.dtype, self.fast_math, self.tile_layout,
-                        self.chip, self.reverse):
+                        self.short_tile, self.chip, self.reverse):
             control.observe(lambda _c: self.recompile(), names="value")
         self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
         if given is not None:
@@ -374,6 +313,8 @@ class Explorer(widgets.VBox):
             "fast_math": self.fast_math.value,
             # the direct layout is a GPU tree plan's: elsewhere the box is off, its value kept
             "tile_layout": "auto" if self.tile_layout.disabled else self.tile_layout.value,
+            # a short kernel is a tree plan's: for the sequential plan the box is off
+            "short_tile": "auto" if self.short_tile.disabled else self.short_tile.value,
             **self.kept_options,
         }
 
@@ -389,7 +330,7 @@ class Explorer(widgets.VBox):
         if self._held:   # several controls change at once: one compile after (holding)
             return self.error is None
         # the sequential plan has no grid of blocks to choose
-        self.grid.disabled = self.strategy.value == "sequential"
+        self.grid.disabled = self.short_tile.disabled = self.strategy.value == "sequential"
         self.tile_layout.disabled = not layout_choice(self.target.value, self.strategy.value)
         self.status.value = "<i>compiling…</i>"
         start = time.perf_counter()
@@ -397,7 +338,7 @@ class Explorer(widgets.VBox):
             compiled = explorer.compile(self.text.value, **self.options())
         except Exception as err:  # noqa: BLE001 - every error is shown in the widget
             self.error = err
-            self.error_box.value = _error_html(err)
+            self.error_box.value = error_html(err)
             stale = " (the tabs show the last compilation that worked)" if self.compiled else ""
             self.status.value = f"<span style='color:#a00000'>error{stale}</span>"
             return False
@@ -435,7 +376,7 @@ class Explorer(widgets.VBox):
         try:
             view.show(self.compiled)
         except Exception as err:  # noqa: BLE001 - a view that cannot draw says why, in place
-            self.error_box.value = _error_html(err)
+            self.error_box.value = error_html(err)
 
     def _on_preset(self, change: dict[str, Any]) -> None:
         if change["new"]:

@@ -35,7 +35,7 @@ class BackwardToggle:
         self.formulas.add_class("sw-backward-formulas")
         #: the forward's text, reverse, outputs, kept options and tiles while the backward is
         #: shown
-        self.forward: tuple[str, bool, Any, dict[str, Any], str, tuple[int, int]] | None = None
+        self.forward: tuple[str, bool, Any, dict[str, Any], str, tuple[Any, Any], str] | None = None
         self.button.observe(self._toggled, names="value")
 
     def _toggled(self, change: dict[str, Any]) -> None:
@@ -49,28 +49,29 @@ class BackwardToggle:
         without a backward (a parse error, a recurrence the derivation refuses) is shown as an
         error, and the toggle goes back off."""
         import explorer
-        from explorer.widget.app import _error_html
+        from explorer.widget.controls import error_html
 
         ex = self.explorer
         try:
             backward = explorer.grad(ex.text.value)
         except Exception as err:  # noqa: BLE001 - every error is shown in the widget
             ex.error = err
-            ex.error_box.value = _error_html(err)
+            ex.error_box.value = error_html(err)
             self.button.unobserve(self._toggled, names="value")
             self.button.value = False
             self.button.observe(self._toggled, names="value")
             return False
         self.forward = (ex.text.value, bool(ex.reverse.value), ex.outputs.value,
                         dict(ex.kept_options), ex.tile_layout.value,
-                        (ex.block_size.value, ex.elements_per_thread.value))
-        from explorer.widget.app import _kept_html
+                        (ex.block_size.value, ex.elements_per_thread.value),
+                        ex.short_tile.value)
+        from explorer.widget.controls import kept_html
 
         kept = {k: v for k, v in ex.kept_options.items() if k != "read_offsets"}
         if backward.names.read_offsets:
             kept["read_offsets"] = dict(backward.names.read_offsets)
         ex.kept_options = kept
-        ex.kept.value = _kept_html(kept, "the backward")
+        ex.kept.value = kept_html(kept, "the backward")
         self.formulas.value = (
             "<details open><summary>the gradients, from the adjoint</summary><pre "
             "style='font-size:12px;margin:4px 0'>"
@@ -87,6 +88,7 @@ class BackwardToggle:
         with ex.holding():
             ex.reverse.value = True
             ex.outputs.value = "all"
+            ex.short_tile.value = "auto"   # the adjoint's plan chooses (a lane sum takes none)
             if "tile_layout" in chosen:
                 ex.tile_layout.value = chosen["tile_layout"]
                 ex.block_size.value = chosen.get("block_size", ex.block_size.value)
@@ -94,7 +96,7 @@ class BackwardToggle:
                                                           ex.elements_per_thread.value)
             if "param_rows" in chosen:
                 ex.kept_options = {**ex.kept_options, "param_rows": chosen["param_rows"]}
-                ex.kept.value = _kept_html(ex.kept_options, "the backward")
+                ex.kept.value = kept_html(ex.kept_options, "the backward")
             ex.text.value = backward.text
         return ex.recompile()
 
@@ -103,18 +105,19 @@ class BackwardToggle:
         ex = self.explorer
         if self.forward is None:
             return ex.recompile()
-        from explorer.widget.app import _kept_html
+        from explorer.widget.controls import kept_html
 
-        text, reverse, outputs, kept, tiles, (block, elements) = self.forward
+        text, reverse, outputs, kept, tiles, (block, elements), short = self.forward
         self.forward = None
         self.formulas.value = ""
         ex.kept_options = kept
-        ex.kept.value = _kept_html(kept)
+        ex.kept.value = kept_html(kept)
         with ex.holding():
             ex.reverse.value = reverse
             ex.outputs.value = outputs
             ex.tile_layout.value = tiles
             ex.block_size.value = block
             ex.elements_per_thread.value = elements
+            ex.short_tile.value = short
             ex.text.value = text
         return ex.recompile()

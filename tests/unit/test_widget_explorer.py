@@ -657,6 +657,48 @@ def test_the_tiles_box_reaches_the_compile_and_the_plan_shows_the_layout() -> No
     assert shown.tile_layout.value == "direct" and shown.kept_options == {}
 
 
+def test_the_short_kernel_box_switches_the_short_kernel_off_and_on() -> None:
+    """The short-kernel box sets ``short_tile`` (``scan.short`` in the plan's IR and a kernel of
+    its own in the PTX, or none); the sequential plan has no short kernel and the box is off
+    there; a record's tile outside the box's choices is offered as one more."""
+    from explorer.codegen.options import validate
+
+    widget = Explorer(AFFINE, target="cuda")
+    assert widget.error is None, widget.error_box.value
+    for _, value in widget.short_tile.options:
+        validate("blelloch", short_tile=value)
+    assert widget.short_tile.value == "auto" and not widget.short_tile.disabled
+    assert '"scan.short"' in widget.compiled.stages["scan-plan"].text
+    assert "scanweaver_blelloch_short" in widget.compiled.ptx
+    widget.short_tile.value = "none"
+    assert widget.error is None, widget.error_box.value
+    assert '"scan.short"' not in widget.compiled.stages["scan-plan"].text
+    assert "scanweaver_blelloch_short" not in widget.compiled.ptx
+    widget.short_tile.value = "64x16"
+    assert widget.compiled.scan_plan.short.threads == 64
+    widget.tabs.selected_index = 2
+    assert "64 threads x 16 elements" in widget.tree_view.info.value
+    widget.strategy.value = "sequential"
+    assert widget.short_tile.disabled and widget.error is None, widget.error_box.value
+    assert widget.options()["short_tile"] == "auto"
+    widget.strategy.value = "blelloch"
+    assert not widget.short_tile.disabled and widget.compiled.scan_plan.short.threads == 64
+    shown = Explorer(ex.compile(AFFINE, short_tile="128x8"))
+    assert shown.short_tile.value == "128x8" and ("128 x 8", "128x8") in shown.short_tile.options
+    assert shown.kept_options == {}
+    # an explicit tile beside a plan that sums lanes is refused, in the widget's error box
+    summed = Explorer(ex.PRESETS["selective scan"], target="cuda")
+    summed.short_tile.value = "32x16"
+    assert summed.error is not None and "short_tile" in summed.error_box.value
+    # the backward's plan chooses its own short kernel; the forward's box comes back
+    summed.short_tile.value = "none"
+    summed.backward.button.value = True
+    assert summed.error is None, summed.error_box.value
+    assert summed.short_tile.value == "auto"
+    summed.backward.button.value = False
+    assert summed.short_tile.value == "none" and summed.error is None
+
+
 def test_the_backward_toggle_shows_the_adjoint_and_gives_the_forward_back() -> None:
     text = ex.PRESETS["selective scan"]
     w = Explorer(text, target="cpu", strategy="sequential")
