@@ -144,7 +144,8 @@ class TreeView(View):
         else:
             layout = (f"strategy <b>{html.escape(plan.strategy)}</b>: a block of "
                       f"{plan.threads} threads, {plan.elements} elements composed in each "
-                      f"thread, then the <b>{html.escape(plan.tree)}</b> tree over the "
+                      f"thread (tiles {html.escape(plan.layout)}), then the "
+                      f"<b>{html.escape(plan.tree)}</b> tree over the "
                       f"{plan.threads} thread aggregates in {len(plan.sweeps)} "
                       f"<code>scan.sweep</code> levels ("
                       + ("shuffles inside each warp, one barrier to join the warps"
@@ -158,7 +159,8 @@ class TreeView(View):
                 window = plan.lookback.lanes * plan.lookback.tiles_per_lane
                 layout += (f": sequences too few to fill the GPU are cut into tiles of "
                            f"{grid.tile} steps ({plan.lookback.threads} threads x "
-                           f"{plan.lookback.elements} elements), one a block, in one pass; "
+                           f"{plan.lookback.elements} elements, tiles "
+                           f"{html.escape(plan.lookback.layout)}), one a block, in one pass; "
                            "each block looks "
                            f"back over the tiles before it, {window} a round trip "
                            f"(<code>scan.lookback</code>: {plan.lookback.lanes} lanes x "

@@ -655,6 +655,12 @@ def test_the_tiles_box_reaches_the_compile_and_the_plan_shows_the_layout() -> No
     # a record compiled with a choice shows it in the box
     shown = Explorer(ex.compile(AFFINE, tile_layout="direct"))
     assert shown.tile_layout.value == "direct" and shown.kept_options == {}
+    # 16-bit inputs: the Scan tree tab says which kernel meets its tiles how
+    narrow = Explorer(AFFINE, target="cuda", dtype="bfloat16")
+    narrow.tabs.selected_index = 2
+    info = narrow.tree_view.info.value
+    assert "16 elements composed in each thread (tiles direct)" in info
+    assert "(256 threads x 16 elements, tiles staged)" in info
 
 
 def test_the_short_kernel_box_switches_the_short_kernel_off_and_on() -> None:
@@ -794,5 +800,5 @@ def test_the_scan_tree_names_a_lookback_block_of_its_own() -> None:
     assert widget.compiled.scan_plan.lookback.threads == 64
     widget.show_tab("Scan tree")
     info = html.unescape(_visible_text(widget.tree_view.info.value))
-    assert "tiles of 256 steps (64 threads x 4 elements)" in info
+    assert "tiles of 256 steps (64 threads x 4 elements, tiles staged)" in info
     assert "a look-back block runs the same blelloch tree over its 64 threads (11 levels" in info
