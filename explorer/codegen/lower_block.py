@@ -15,16 +15,7 @@ from collections.abc import Callable, Sequence
 from mlir.dialects import arith, memref
 from mlir.ir import Value
 
-from explorer.codegen.emit import (
-    Algebra,
-    Element,
-    add_i,
-    ceil_div,
-    ci,
-    f32,
-    lt_i,
-    mul_i,
-)
+from explorer.codegen.emit import Algebra, Element, add_i, ceil_div, ci, f32, lt_i, mul_i
 from explorer.codegen.gen import Gen, Stream
 from explorer.codegen.lower_warp import (
     blelloch_down,
@@ -88,6 +79,11 @@ def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Elemen
         store(pad(i), combined(i))
         return []
     for_loop(ci(0), ci(th.bs - off), ci(1), body)
+
+
+#: the input dtypes whose look-back tile (``single_tile``) is versioned as a loop's tiles are
+#: (README, *Speed*: 1% to 2% faster on an H200, no spills; float32 spills and is slower)
+VERSIONED_SINGLE_DTYPES = ("bfloat16", "float16")
 
 
 def direct_tiles(gen: Gen, th: Threads) -> bool:
@@ -249,12 +245,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         """The thread's E consecutive elements, the identity past the end. A tile of a loop
         over tiles that lies inside the range whole (all but its last) takes them unmasked:
         each position's test against the end and the selects of the identity are about a
-        fifth of such a kernel's instructions. The look-back kernel's one tile keeps them:
-        versioned, it went over its register cap (32 bytes of spills) and ran slower in
-        float32 (README, *Speed*)."""
+        fifth of such a kernel's instructions. The look-back kernel's one tile is versioned
+        so for VERSIONED_SINGLE_DTYPES only (in float32 it went over its register cap)."""
         if ragged_total:
             return built(tid, t0, False)
-        if single_tile:
+        if single_tile and gen.options.dtype not in VERSIONED_SINGLE_DTYPES:
             return built(tid, t0, True)
         whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
         width = alg.width
