@@ -119,6 +119,15 @@ def _size(C: int, L: int) -> str:
     return f"{C}x{short(L)}"
 
 
+def _ran(r: Record) -> str:
+    """``"; ran <kernels>"``: the kernels a record says its method ran (``extra.kernels``);
+    empty where a file read back says nothing usable there."""
+    ran = r.extra.get("kernels") if isinstance(r.extra, dict) else None
+    if isinstance(ran, list) and ran and all(isinstance(k, str) for k in ran):
+        return "; ran " + " + ".join(k[:60] for k in ran[:8])
+    return ""
+
+
 def format_table(records: Sequence[Record], title: str | None = None) -> str:
     """A plain-text table, one row per record, grouped by size in the order given."""
     finalize(records)
@@ -127,8 +136,7 @@ def format_table(records: Sequence[Record], title: str | None = None) -> str:
     rows: list[tuple[str, ...]] = []
     for r in records:
         if r.status == "ok":
-            ran = r.extra.get("kernels")
-            note = f"{r.reps} reps, {r.timer}" + (f"; ran {' + '.join(ran)}" if ran else "")
+            note = f"{r.reps} reps, {r.timer}{_ran(r)}"
         else:
             note = r.reason
         rows.append((

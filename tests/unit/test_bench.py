@@ -405,3 +405,24 @@ def test_a_compile_storing_last_states_alone_is_skipped_with_its_reason(tmp_path
     with pytest.raises(Skip, match="compiled for float32"):
         generated(tmp_path / "full" / "art").setup(Problem(C=4, L=64, a=None, b=None,
                                                           dtype="bfloat16"))
+
+
+def test_the_table_names_the_kernels_a_record_ran_and_ignores_odd_ones(tmp_path: Path) -> None:
+    """``extra.kernels`` (our methods: which of a compile's kernels the shape launched) is the
+    table's note beside the repetitions; from a file, anything else there is left out."""
+    def rec(extra: Any) -> Record:
+        return Record("scanweaver-blelloch", "generated", 4, 4096, "ok", time_ms=0.01,
+                      gbps=1.0, reps=10, timer="cuda-events", extra=extra)
+
+    good = rec({"kernels": ["blelloch_short"]})
+    path = save_json(tmp_path / "r.json", [good])
+    back, _ = load_json(path)
+    assert back[0].extra == {"kernels": ["blelloch_short"]}
+    assert "10 reps, cuda-events; ran blelloch_short" in format_table(back)
+    for odd in ({"kernels": 5}, {"kernels": "blelloch"}, {"kernels": [1, 2]}, {"kernels": []},
+                [], None, {"kernels": [{"x": 1}]}):
+        table = format_table([rec(odd)])
+        assert "10 reps, cuda-events" in table and "ran" not in table, odd
+    long = format_table([rec({"kernels": ["k" * 500] * 50})])
+    assert "k" * 61 not in long
+
