@@ -133,6 +133,9 @@ def gpu_sweep(compiled: Compiled, sizes: list[int], channels: int, state_size: i
                                   baseline_names=names, state_size=state_size, stop=stop):
             name = label if record.kind == "generated" else record.method
             extra = {"kind": record.kind, "status": record.status, "reason": record.reason,
-                     "max_rel_err": record.max_rel_err}
+                     "max_rel_err": record.max_rel_err,
+                     # which of the compile's kernels this length launched (short, plain,
+                     # look-back): where the line bends
+                     "kernels": tuple(record.extra.get("kernels", ()))}
             seconds = (record.time_ms or 0.0) / 1e3
             yield Measurement(name, record.L, record.C, seconds, record.bytes, "cuda", extra)

@@ -151,8 +151,9 @@ class RunPanel:
         #: counts sweeps: a change handed to the loop by an earlier sweep's thread is dropped
         self._generation = 0
         self.measurements: list[Measurement] = []
-        #: the plotted points: trace name -> (lengths, GB/s, drawn as the roofline's line)
-        self._points: dict[str, tuple[list[int], list[float], bool]] = {}
+        #: the plotted points: trace name -> (lengths, GB/s, drawn as the roofline's line, the
+        #: hover text of each point: which of the compile's kernels ran that length)
+        self._points: dict[str, tuple[list[int], list[float], bool, list[str]]] = {}
         self.last_check: list[dict[str, Any]] = []
         #: the last progress line a sweep showed (also for code reading the panel)
         self.last_progress = ""
@@ -321,10 +322,12 @@ class RunPanel:
     def _add_point(self, record: Measurement) -> None:
         if record.extra.get("status", "ok") != "ok" or record.seconds <= 0:
             return  # skipped, failed or wrong: reported in the status line, never plotted
-        xs, ys, _ = self._points.setdefault(
-            record.name, ([], [], record.extra.get("kind") == "roofline"))
+        xs, ys, _, texts = self._points.setdefault(
+            record.name, ([], [], record.extra.get("kind") == "roofline", []))
         xs.append(record.length)
         ys.append(record.gigabytes_per_second)
+        ran = record.extra.get("kernels")
+        texts.append(f"ran {' + '.join(ran)}" if ran else "")
         self._redraw()
 
     def _redraw(self, title: str | None = None) -> None:
@@ -336,10 +339,11 @@ class RunPanel:
         would leave the plot short of points for good."""
         import plotly.graph_objects as go
 
-        traces = [go.Scatter(x=list(xs), y=list(ys), name=name,
+        traces = [go.Scatter(x=list(xs), y=list(ys), name=name, text=list(texts),
                              mode="lines" if roofline else "lines+markers",
-                             line={"dash": "dash", "color": "#555"} if roofline else None)
-                  for name, (xs, ys, roofline) in self._points.items()]
+                             line={"dash": "dash", "color": "#555"} if roofline else None,
+                             hovertemplate="L=%{x}: %{y:.0f} GB/s<br>%{text}")
+                  for name, (xs, ys, roofline, texts) in self._points.items()]
         old = self.figure
         figure = self._make_figure(data=traces)
         figure.layout.title.text = title if title is not None else old.layout.title.text

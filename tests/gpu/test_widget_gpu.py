@@ -54,6 +54,10 @@ def test_sweep_fills_the_plot_with_the_kernel_and_the_roofline():
     kernel = [t for name, t in traces.items() if name.startswith("compiled blelloch")]
     assert kernel and len(kernel[0].x) == 3, list(traces)
     assert all(y > 0 for y in kernel[0].y)
+    # the hover text says which kernel ran each length: the short kernel up to 4096 steps
+    ran = list(kernel[0].text)
+    assert ran[:2] == ["ran blelloch_short"] * 2 and ran[2].startswith("ran blelloch"), ran
+    assert "short" not in ran[2], ran
     roofline = [t for name, t in traces.items() if "copy" in name]
     assert roofline and len(roofline[0].x) == 3
     assert any(name.startswith("cuda-sequential") for name in traces), list(traces)

@@ -210,3 +210,22 @@ def test_a_new_compile_clears_the_check(compiled: Any) -> None:
     assert "PASS" in panel.check.value
     panel.set_compiled(ex.compile(ex.PRESETS["affine scan"], target="cpu", block_size=64))
     assert panel.check.value == ""
+
+
+def test_a_point_says_which_kernel_ran_its_length(compiled: Any) -> None:
+    """On the GPU a sweep's records name the kernels each length launched (the short kernel up
+    to its longest, then the plain or look-back one): the plot's hover text says so, where the
+    line bends."""
+    from explorer.widget.measure import Measurement
+
+    panel = _panel(compiled)
+    for L, ran in ((4096, ("blelloch_short",)), (8192, ("blelloch_lookback",))):
+        panel._add_point(Measurement("compiled blelloch", L, 4, 1e-5, 12 * 4 * L, "cuda",
+                                     {"kind": "generated", "status": "ok", "kernels": ran}))
+    panel._add_point(Measurement("copy (roofline)", 4096, 4, 1e-5, 12 * 4 * 4096, "cuda",
+                                 {"kind": "roofline", "status": "ok"}))
+    traces = {t.name: t for t in panel.figure.data}
+    assert list(traces["compiled blelloch"].text) == ["ran blelloch_short",
+                                                      "ran blelloch_lookback"]
+    assert list(traces["copy (roofline)"].text) == [""]
+    assert "%{text}" in traces["compiled blelloch"].hovertemplate
