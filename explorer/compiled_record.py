@@ -152,16 +152,16 @@ def _kernel_blocks(plan: Any, kernels: list[dict[str, Any]]) -> None:
     """The plan's look-back threads are its look-back kernel's block, and its short kernel's
     threads and longest sequence the short kernel's: a record whose plan says otherwise is
     refused (the runtime would launch the kernels' blocks, the explorer show the plan's)."""
-    def blocks(suffix: str) -> list[Any]:
-        return [k.get("block") for k in kernels if str(k.get("name", "")).endswith(suffix)]
-    if plan.lookback is not None and blocks("_lookback") != [[plan.lookback.threads, 1, 1]]:
+    def named(suffix: str) -> list[dict[str, Any]]:
+        return [k for k in kernels if str(k.get("name", "")).endswith(suffix)]
+    blocks = [k.get("block") for k in named("_lookback")]
+    if plan.lookback is not None and blocks != [[plan.lookback.threads, 1, 1]]:
         raise ValueError(f"the record's plan (look-back blocks of {plan.lookback.threads} "
                          f"threads) disagrees with its look-back kernel's block "
-                         f"({blocks('_lookback')!r:.60})")
+                         f"({blocks!r:.60})")
     short = plan.short
     want = [[[short.threads, 1, 1], short.longest]] if short is not None else []
-    got = [[k.get("block"), k.get("launch_unless_longer_than")] for k in kernels
-           if str(k.get("name", "")).endswith("_short")]
+    got = [[k.get("block"), k.get("launch_unless_longer_than")] for k in named("_short")]
     if got != want:
         raise ValueError(f"the record's plan (short kernel {short}) disagrees with its short "
                          f"kernels ({got!r:.80})")

@@ -119,13 +119,18 @@ def _size(C: int, L: int) -> str:
     return f"{C}x{short(L)}"
 
 
-def _ran(r: Record) -> str:
-    """``"; ran <kernels>"``: the kernels a record says its method ran (``extra.kernels``);
-    empty where a file read back says nothing usable there."""
-    ran = r.extra.get("kernels") if isinstance(r.extra, dict) else None
-    if isinstance(ran, list) and ran and all(isinstance(k, str) for k in ran):
-        return "; ran " + " + ".join(k[:60] for k in ran[:8])
+def kernels_text(ran: Any) -> str:
+    """``"ran <kernels>"``: the kernels a measurement ran (a record's ``extra.kernels``);
+    empty where it names none, or where a file read back holds anything else there."""
+    if isinstance(ran, list | tuple) and ran and all(isinstance(k, str) for k in ran):
+        return "ran " + " + ".join(k[:60] for k in ran[:8])
     return ""
+
+
+def _ran(r: Record) -> str:
+    """``"; ran <kernels>"`` of a record (:func:`kernels_text`), or empty."""
+    text = kernels_text(r.extra.get("kernels") if isinstance(r.extra, dict) else None)
+    return f"; {text}" if text else ""
 
 
 def format_table(records: Sequence[Record], title: str | None = None) -> str:

@@ -407,16 +407,15 @@ def plan_from_dict(raw: Any) -> Plan:
                          str(s.get("via", "shared")))
                    for s in raw["sweeps"])
     g = raw["grid"]
+    layout = str(raw.get("layout", "staged"))   # a kernel's own layout where it names none
     plan = Plan(str(raw["strategy"]), int(raw["threads"]), int(raw["elements"]),
                 str(raw["tree"]), sweeps,
                 Grid(str(g["scheme"]), str(g["direction"]), int(g["tile"]), int(g["min_tiles"]),
                      float(g["fill"]), float(g["unchunked_from"])), int(raw["tile_steps"]),
-                lookback_from(raw.get("lookback"), int(raw["threads"]),
-                              str(raw.get("layout", "staged"))),
+                lookback_from(raw.get("lookback"), int(raw["threads"]), layout),
                 tuple(str(o) for o in raw["stored"]), lane_sum_from(raw.get("lane_sum")),
                 bool(raw.get("segments", False)), int(raw.get("vector_width", 1)),
-                str(raw.get("layout", "staged")), reads_from(raw.get("reads")),
-                short_from(raw.get("short"), str(raw.get("layout", "staged"))))
+                layout, reads_from(raw.get("reads")), short_from(raw.get("short"), layout))
     threads = plan.threads
     if threads < 1 or threads > 1024 or threads & (threads - 1):
         raise ValueError("a plan's threads are a power of two up to 1024")
@@ -457,6 +456,7 @@ def read_plan(module_op: Any) -> Plan:
         raise ValueError("the plan has no scan.store (which outputs the kernels write)")
     sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"], a["via"])
                    for a in map(scan.attrs, scan.ops(module_op, "sweep")))
+    layout = thread["layout"] if thread else "staged"   # a kernel's own where it names none
     tree = block["tree"]
     if tree in TREES and not implemented_sweeps(tree, block["threads"], sweeps):
         raise ValueError(f"the sweeps of the {tree} tree over {block['threads']} threads are "
@@ -469,15 +469,14 @@ def read_plan(module_op: Any) -> Plan:
                 grid=Grid(grid["scheme"], grid["direction"], grid["tile"], grid["min_tiles"],
                           grid["fill"], grid["unchunked_from"]),
                 tile_steps=tile["steps"] if tile else 0,
-                lookback=lookback_from(look, block["threads"],
-                                       thread["layout"] if thread else "staged"),
+                lookback=lookback_from(look, block["threads"], layout),
                 stored=tuple(store["outputs"]),
                 lane_sum=lane_sum_from(lane_sum), segments=segments is not None,
                 vector_width=thread["vector_width"] if thread else 1,
-                layout=thread["layout"] if thread else "staged",
+                layout=layout,
                 reads=reads_from([[a.get("input"), a.get("offset")]
                                   for a in map(scan.attrs, scan.ops(module_op, "read"))]),
-                short=short_from(short, thread["layout"] if thread else "staged"))
+                short=short_from(short, layout))
     check_plan(plan)
     return plan
 

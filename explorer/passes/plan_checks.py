@@ -94,6 +94,14 @@ def short_from(raw: Any, layout: str) -> Any:
                  str(raw.get("layout", layout)))
 
 
+def _check_tiles(layout: str, whose: str) -> None:
+    """A kernel's own tile layout (``scan.short``'s, ``scan.lookback``'s) is one the lowering
+    implements."""
+    if layout not in ("staged", "direct"):
+        raise ValueError(f"{whose} tiles {layout!r:.40} are not a layout the lowering "
+                         "implements (staged or direct)")
+
+
 def check_short(plan: Any) -> None:
     """``scan.short`` goes with a tree plan, has a block the lowering implements, and takes
     only sequences that no kernel of the grid takes (at most its shortest chunk)."""
@@ -107,9 +115,7 @@ def check_short(plan: Any) -> None:
         raise ValueError(f"a short kernel of {n} threads x {e} elements is not one the "
                          "lowering implements (powers of two: a warp to 1024 threads, at "
                          "most 16 elements)")
-    if short.layout not in ("staged", "direct"):
-        raise ValueError(f"a short kernel's tiles {short.layout!r:.40} are not a layout the "
-                         "lowering implements (staged or direct)")
+    _check_tiles(short.layout, "a short kernel's")
     if e % plan.vector_width:
         raise ValueError(f"a short kernel of {e} elements a thread cannot take the plan's "
                          f"accesses of {plan.vector_width}")
@@ -142,9 +148,7 @@ def check_lookback(plan: Any) -> None:
         if plan.grid.tile != n * e:
             raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
                              f"{n} threads x {e} elements")
-        if look.layout not in ("staged", "direct"):
-            raise ValueError(f"a look-back kernel's tiles {look.layout!r:.40} are not a layout "
-                             "the lowering implements (staged or direct)")
+        _check_tiles(look.layout, "a look-back kernel's")
 
 
 def reads_from(raw: Any) -> tuple[tuple[str, int], ...]:

@@ -326,8 +326,9 @@ class RunPanel:
             record.name, ([], [], record.extra.get("kind") == "roofline", []))
         xs.append(record.length)
         ys.append(record.gigabytes_per_second)
-        ran = record.extra.get("kernels")
-        texts.append(f"ran {' + '.join(ran)}" if ran else "")
+        from explorer.bench.results import kernels_text  # the bench only where it measured
+
+        texts.append(kernels_text(record.extra.get("kernels")))
         self._redraw()
 
     def _redraw(self, title: str | None = None) -> None:
