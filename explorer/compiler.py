@@ -220,6 +220,15 @@ def short_text(plan: Any) -> str:
             f"{s.layout} (scan.short; short_tile='none' leaves them to the plain kernel)")
 
 
+def _packed_text(layout: str) -> str:
+    """What a packed look-back tile is (empty for the others)."""
+    if layout != "packed":
+        return ""
+    return (" (its stage holds the inputs as they are in memory, 16 bits a value for 16-bit "
+            "inputs, and each thread reads its own elements back in 16-byte vectors; "
+            "lookback_layout='staged' stages float32 scalars)")
+
+
 def _grid_text(plan: Any) -> str:
     g = plan.grid
     short = f"{short_text(plan)}; longer ones " if plan.short is not None else ""
@@ -229,7 +238,8 @@ def _grid_text(plan: Any) -> str:
         look = plan.lookback
         window = look.lanes * look.tiles_per_lane
         return (whole + f"one tile of {look.threads} threads x {look.elements} elements per "
-                f"block, its tiles {look.layout}, in one pass: the block publishes its tile's "
+                f"block, its tiles {look.layout}{_packed_text(look.layout)}, in one pass: the "
+                "block publishes its tile's "
                 "aggregate, warp 0 looks back over the tiles before it (scan.lookback: "
                 f"{window} tiles a round trip, waiting on tiles not yet published) for the "
                 "state before its tile, publishes the state after it, and the block applies "

@@ -15,16 +15,18 @@ from collections.abc import Callable, Sequence
 from mlir.dialects import arith, memref
 from mlir.ir import Value
 
-from explorer.codegen.emit import Algebra, Element, add_i, ceil_div, ci, f32, lt_i, mul_i
+from explorer.codegen.emit import Element, add_i, ceil_div, ci, f32, lt_i, mul_i
 from explorer.codegen.gen import Gen, Stream
 from explorer.codegen.lower_warp import (
     blelloch_down,
     blelloch_up,
+    ks_sweep,
     padded_slots,
     warp_last_lane,
     warp_tree,
     warp_tree_host,
 )
+from explorer.codegen.packed import Packing
 from explorer.codegen.threads import (
     WARP,
     Threads,
@@ -55,32 +57,6 @@ def _storer(v: Value, buf: Value, i: Value) -> Callable[[], None]:
     return store
 
 
-def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Element],
-             store: Callable[[Value, Element], None]) -> None:
-    """One Kogge-Stone level over the block's aggregates: every ``i >= off`` takes
-    ``x[i] o x[i - off]`` of the previous level. On the GPU each thread reads both into
-    registers, a barrier, then writes; on the host the threads run from the last down, so a
-    position is read before the lower position it depends on is overwritten."""
-    def combined(i: Value) -> Element:
-        return alg.combine(load(pad(i)), load(pad(arith.subi(i, ci(off)))))
-    if th.gpu:
-        assert th.tid is not None
-        tid = th.tid
-        ok = arith.cmpi(arith.CmpIPredicate.uge, tid, ci(off))
-        # thread tid < off reads its own slot (kept as it is): no out-of-range read
-        safe = arith.select(ok, tid, ci(off))
-        new = select_element(ok, combined(safe), load(pad(tid)), alg)
-        th.barrier()
-        store(pad(tid), new)
-        return
-
-    def body(j: Value, _: list[Value]) -> list[Value]:
-        i = arith.subi(ci(th.bs - 1), j)
-        store(pad(i), combined(i))
-        return []
-    for_loop(ci(0), ci(th.bs - off), ci(1), body)
-
-
 #: the input dtypes whose look-back tile (``single_tile``) is versioned as a loop's tiles are
 #: (README, *Speed*: 1% to 2% faster on an H200, no spills; float32 spills and is slower)
 VERSIONED_SINGLE_DTYPES = ("bfloat16", "float16")
@@ -107,7 +83,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                last_state: Callable[[Value, list[Value]], None] | None = None,
                sums: Sequence[Value] = (),
                direct: bool = False, extra_held: Sequence[Value] = (),
-               ragged_total: bool = False, aligned: Value | None = None) -> list[Value]:
+               ragged_total: bool = False, aligned: Value | None = None,
+               packed: bool = False, out_stage: Sequence[Value] = ()) -> list[Value]:
     """Scan ``[begin, end)`` in tiles of ``block_size * E`` positions.
 
     ``mode``: ``"reduce"`` returns the aggregate of the range (no output); ``"inclusive"``
@@ -153,6 +130,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     ``aligned``: the wide loads' alignment, known by the caller for every tile loaded here
     (:func:`rows_aligned`).
 
+    ``packed`` (a look-back tile, ``single_tile``): the stage holds the inputs as they are in
+    memory and each thread reads its own positions back in 16-byte vectors
+    (:mod:`explorer.codegen.packed`); the outputs then go through ``out_stage``, float32
+    buffers of their own.
+
     ``element(inputs, t)`` builds the element at scan position ``t`` from its staged inputs.
     ``last_state(t, state)``, when given (``"inclusive"``), is called with the state after every
     position ``t`` of the range (a last state is stored where ``t`` ends its sequence).
@@ -179,6 +161,9 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     assert E % V == 0, "the plan's vector width divides the thread's elements"
     assert not direct or th.gpu, "direct: GPU"
     assert not extra_held or (direct and len(extra_held) == E * len(extra))
+    packing = Packing(gen.options.dtype, E, VL) if packed else None
+    assert not packed or (single_tile and not direct and not extra and out_stage), "packed"
+    ostage = list(out_stage) if packed else list(stage)
 
     def slots(tid: Value, W: int) -> list[Value]:
         return tile_slots(tid, E, bs, W, direct)
@@ -189,8 +174,14 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
     # streams read at an offset in time: loaded at the tile's own positions, moved here
     moved = [q for q, s in enumerate(ins) if s.offset] if not direct else []
+    assert not (moved and packed), "a packed tile moves no stream"
 
     def put_tile(tid: Value, vals: list[Value], t0: Value) -> None:
+        if packing is not None:   # the coalesced vectors whole, as loaded
+            for g in range(E // VL):
+                for q in range(nin):
+                    packing.store(stage[q], add_i(ci(g * bs), tid), vals[g * nin + q])
+            return
         for k, p in enumerate(slots(tid, VL)):
             i = pad(p)
             for q in range(nin):
@@ -232,30 +223,38 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             return ins_at + list(extra_held[k * len(extra):(k + 1) * len(extra)])
         return ins_at + [memref.load(buf, [pad(p)]) for buf in extra]
 
-    def built(tid: Value, t0: Value, masked: bool) -> list[Element]:
+    def packed_cols(tid: Value) -> list[list[Value]] | None:
+        """The thread's inputs at its own positions, read once from a packed stage."""
+        if packing is None:
+            return None
+        per = [packing.load_own(stage[q], tid) for q in range(nin)]
+        return [[per[q][j] for q in range(nin)] for j in range(E)]
+
+    def built(tid: Value, t0: Value, masked: bool,
+              cols: list[list[Value]] | None = None) -> list[Element]:
         out = []
         for j in range(E):
             p = add_i(mul_i(tid, ci(E)), ci(j))
-            e = element(staged(p, j), add_i(t0, p))
+            e = element(staged(p, j) if cols is None else cols[j], add_i(t0, p))
             out.append(select_element(lt_i(add_i(t0, p), end), e, alg.identity(), alg)
                        if masked else e)
         return out
 
-    def own(tid: Value, t0: Value) -> list[Element]:
+    def own(tid: Value, t0: Value, cols: list[list[Value]] | None = None) -> list[Element]:
         """The thread's E consecutive elements, the identity past the end. A tile of a loop
         over tiles that lies inside the range whole (all but its last) takes them unmasked:
         each position's test against the end and the selects of the identity are about a
         fifth of such a kernel's instructions. The look-back kernel's one tile is versioned
         so for VERSIONED_SINGLE_DTYPES only (in float32 it went over its register cap)."""
         if ragged_total:
-            return built(tid, t0, False)
+            return built(tid, t0, False, cols)
         if single_tile and gen.options.dtype not in VERSIONED_SINGLE_DTYPES:
-            return built(tid, t0, True)
+            return built(tid, t0, True, cols)
         whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
         width = alg.width
 
         def flat(masked: bool) -> list[Value]:
-            return [v for e in built(tid, t0, masked) for v in e.values()]
+            return [v for e in built(tid, t0, masked, cols) for v in e.values()]
         vals = if_else(whole, [f32()] * (E * width), lambda: flat(False), lambda: flat(True))
         return [alg.pack(vals[j * width:(j + 1) * width]) for j in range(E)]
 
@@ -299,7 +298,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         kept: dict[str, list[Element]] = {}
 
         def compose(tid: Value) -> None:
-            els = own(tid, t0)
+            els = own(tid, t0, packed_cols(tid))
             kept["els"] = els
             agg = els[0]
             for e in els[1:]:
@@ -396,10 +395,11 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             # a look-back block (one tile) rebuilds its elements from the stage rather than
             # holding them in registers through the tree and the wait: under its register cap
             # they spilled at 16 elements a thread
-            els = kept["els"] if th.gpu and not single_tile else own(tid, t0)
+            cols = packed_cols(tid)
+            els = kept["els"] if th.gpu and not single_tile else own(tid, t0, cols)
             for j in range(E):
                 p = add_i(mul_i(tid, ci(E)), ci(j))
-                vals = staged(p, j)
+                vals = staged(p, j) if cols is None else cols[j]
                 o: list[Value] = []
                 if mode == "exclusive":
                     o = outputs(h, vals) if outputs is not None else []
@@ -427,7 +427,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                     out_vals.append(o)
                     continue
                 for q, v in enumerate(o):
-                    memref.store(v, stage[q], [pad(p)])
+                    memref.store(v, ostage[q], [pad(p)])
         th.each(finish)
         # the barrier keeps the stage and the tree's shared slots from being overwritten (the
         # next tile or scan) before every thread has read them; a direct scan of one warp
@@ -459,13 +459,13 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
                 def put(p: Value = p, t: Value = t) -> None:
                     for q, s in enumerate(outs):
-                        s.store(memref.load(stage[q], [pad(p)]), t)
+                        s.store(memref.load(ostage[q], [pad(p)]), t)
                 if_then(lt_i(t, end), put)
 
         def wide_write(tid: Value) -> None:
             for p in slots(tid, VL)[::VL]:
                 for q, s in enumerate(outs):
-                    wide_store(s, add_i(t0, p), [memref.load(stage[q], [pad(add_i(p, ci(j)))])
+                    wide_store(s, add_i(t0, p), [memref.load(ostage[q], [pad(add_i(p, ci(j)))])
                                                  for j in range(VL)])
 
         def write(tid: Value) -> None:

@@ -285,10 +285,17 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
     def state_before(total: Element, carry: list[Value]) -> list[Value]:
         return chained(total)
 
-    block_scan(gen, th, int(gen.options.lookback_elements), stage, aggbuf,
-               gen.in_streams(seq, names), gen.out_streams(seq), element, outputs, begin, end,
+    # a packed tile (scan.lookback {layout = "packed"}): the inputs' stage buffers, then the
+    # outputs' (shared_layout.stage_counts)
+    tile_packed = gen.options.tile_layout == "packed"
+    outs = gen.out_streams(seq)
+    nin = len(names) if tile_packed else len(stage)
+    assert not tile_packed or len(stage) == nin + len(outs), "packed stage buffers"
+    block_scan(gen, th, int(gen.options.lookback_elements), stage[:nin], aggbuf,
+               gen.in_streams(seq, names), outs, element, outputs, begin, end,
                h0, "inclusive", state_before, single_tile=True, on_total=announce,
-               last_state=gen.last_state_hook(seq), direct=direct_tiles(gen, th))
+               last_state=gen.last_state_hook(seq), direct=direct_tiles(gen, th),
+               packed=tile_packed, out_stage=stage[nin:])
 
 
 def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,

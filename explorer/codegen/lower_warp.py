@@ -11,7 +11,7 @@ warp's prefix) and of all of them (the block's total). A thread's exclusive pref
 
 On the host the block's threads are loops, so the same levels run over the aggregates in
 shared memory: the ``shuffle`` sweeps as Kogge-Stone levels restricted to each group of 32
-positions (from the last position down, like :func:`explorer.codegen.lower_block.ks_sweep`), the
+positions (from the last position down, like :func:`ks_sweep`), the
 ``warps`` sweep group after group. The aggregates then hold the block's inclusive prefixes, as
 after a Kogge-Stone tree.
 """
@@ -164,3 +164,29 @@ def warp_tree_host(th: Threads, alg: Algebra, sweeps: Sequence[Any], load: Load,
 def padded_slots(load_padded: Load, store_padded: Store) -> tuple[Load, Store]:
     """``load``/``store`` by position from those by padded slot."""
     return (lambda i: load_padded(pad(i))), (lambda i, e: store_padded(pad(i), e))
+
+
+def ks_sweep(th: Threads, alg: Algebra, off: int, load: Callable[[Value], Element],
+             store: Callable[[Value, Element], None]) -> None:
+    """One Kogge-Stone level over the block's aggregates: every ``i >= off`` takes
+    ``x[i] o x[i - off]`` of the previous level. On the GPU each thread reads both into
+    registers, a barrier, then writes; on the host the threads run from the last down, so a
+    position is read before the lower position it depends on is overwritten."""
+    def combined(i: Value) -> Element:
+        return alg.combine(load(pad(i)), load(pad(arith.subi(i, ci(off)))))
+    if th.gpu:
+        assert th.tid is not None
+        tid = th.tid
+        ok = arith.cmpi(arith.CmpIPredicate.uge, tid, ci(off))
+        # thread tid < off reads its own slot (kept as it is): no out-of-range read
+        safe = arith.select(ok, tid, ci(off))
+        new = select_element(ok, combined(safe), load(pad(tid)), alg)
+        th.barrier()
+        store(pad(tid), new)
+        return
+
+    def body(j: Value, _: list[Value]) -> list[Value]:
+        i = arith.subi(ci(th.bs - 1), j)
+        store(pad(i), combined(i))
+        return []
+    for_loop(ci(0), ci(th.bs - off), ci(1), body)

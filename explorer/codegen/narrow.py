@@ -78,6 +78,8 @@ def narrow_buffers(module_op: Any, args: Sequence[dict[str, Any]]) -> int:
             arg.set_type(_retyped(arg.type, elem, f"argument {args[i]['name']!r}"))
             changed += _rewrite_uses(arg, elem, args[i]["name"])
         _widen_after_branches(fn)
+        _fold_round_trips(fn)
+        _unmark(fn)
         # a gpu.func's block has its workgroup buffers after the parameters
         ftype = FunctionType(TypeAttr(fn.attributes["function_type"]).value)
         inputs = [a.type for a in block.arguments][:len(ftype.inputs)]
@@ -250,7 +252,24 @@ def _widen_after_branches(fn: Any) -> None:
             mine = [u.owner.operation for u in result.uses
                     if u.owner.operation not in before]
             result.replace_all_uses_except(wide, mine)
-    _unmark(fn)
+
+
+def _fold_round_trips(fn: Any) -> None:
+    """A 16-bit vector widened to float32 and rounded back to 16 bits (``arith.truncf``: a
+    packed stage keeps an input's tile as it was loaded, :mod:`explorer.codegen.packed`) is
+    the vector itself: the rounding is exact, and LLVM does not see through the bfloat16
+    widening of :func:`_widen_bf16_pairs` (integer shifts) to drop it."""
+    trips: list[Any] = []
+
+    def visit(op: Any) -> WalkResult:
+        if op.name == "arith.truncf" and _is_vector(op.operands[0].type):
+            trips.append(op)
+        return WalkResult.ADVANCE
+    fn.walk(visit, WalkOrder.POST_ORDER)
+    for op in trips:
+        narrow = _narrow_vector(op.operands[0])
+        if narrow is not None and narrow.type == op.results[0].type:
+            op.results[0].replace_all_uses_with(narrow)
 
 
 def _unmark(fn: Any) -> None:

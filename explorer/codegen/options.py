@@ -17,6 +17,8 @@ TARGETS = ("cuda", "cpu")
 #: extend it to float32 (``arith.extf``), compute and accumulate in float32, and store the outputs
 #: in ``out_dtype``; parameters, initial states and workspaces stay float32
 DTYPES = ("float32", "bfloat16", "float16")
+#: bytes of an element of each dtype in memory
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: the dtype of the stored outputs (``out_dtype=``): ``None`` (the default) stores them in the
 #: input dtype; ``"float32"`` keeps the float32 results of 16-bit inputs unrounded
 OUT_DTYPES = ("float32", "bfloat16", "float16")
@@ -41,6 +43,12 @@ FAST_MATH = ("contract", "fast", "none")
 #: loads and stores its own E consecutive positions from registers (no stage, no barrier for
 #: it); ``auto`` the plan's choice (:func:`explorer.passes.plan.tile_layout`)
 TILE_LAYOUTS = ("auto", "staged", "direct")
+#: how the look-back kernel meets its tile (``lookback_layout=``, the plan's ``scan.lookback
+#: {layout}``): ``staged`` and ``direct`` as above; ``packed`` staged with the stage holding the
+#: values as they are in memory (16 bits a value for 16-bit inputs) and each thread reading its
+#: own consecutive elements back as 16-byte vectors; ``auto`` the plan's choice
+#: (:func:`explorer.passes.plan_options.lookback_layout`)
+LOOKBACK_LAYOUTS = ("auto", "staged", "direct", "packed")
 #: how a vector recurrence's kernels read a parameter given for the trailing batch axes alone
 #: (Mamba's ``A (D, N)`` beside ``x (batch, D, L)``; ``param_rows=``): ``modulus`` where it is
 #: (a row modulus argument each: channel c reads row ``c % rows``), ``channel`` a row per
@@ -172,6 +180,8 @@ class Options:
     fast_math: str = "contract"
     #: one of TILE_LAYOUTS
     tile_layout: str = "auto"
+    #: one of LOOKBACK_LAYOUTS
+    lookback_layout: str = "auto"
     #: timed inputs read in place at another time (the plan's ``scan.read``): ``(name, k)``
     #: pairs, sorted; the array passed as ``name`` is read at time ``t + k`` for step t, zero
     #: where ``t + k`` is outside the sequence. ``Backward.compile`` reads the forward's
@@ -238,7 +248,8 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
     known = {"block_size", "elements_per_thread", "chunk_tiles", "chip", "dtype", "opt_level",
              "reverse", "grid", "lookback_tiles", "lookback_elements", "lookback_threads",
              "outputs", "out_dtype",
-             "varlen", "vector_width", "fast_math", "tile_layout", "read_offsets",
+             "varlen", "vector_width", "fast_math", "tile_layout", "lookback_layout",
+             "read_offsets",
              "param_rows", "warp_sweeps", "short_tile"}
     unknown = sorted(set(options) - known)
     if unknown:
@@ -326,6 +337,19 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                           "GPU (target 'cuda', strategy blelloch, kogge_stone or "
                           "warp_shuffle); the CPU kernels and the sequential plan stage "
                           "their tiles")
+    lookback_layout = options.get("lookback_layout", defaults.lookback_layout)
+    if lookback_layout not in LOOKBACK_LAYOUTS:
+        raise OptionError(f"unknown lookback_layout {lookback_layout!r:.40}; choose one of "
+                          f"{', '.join(LOOKBACK_LAYOUTS)}")
+    if lookback_layout != "auto" and strategy == "sequential":
+        raise OptionError(f"lookback_layout {lookback_layout!r} is a layout of a tree plan's "
+                          "look-back kernel; the sequential plan has none")
+    if lookback_layout == "direct" and target != "cuda":
+        raise OptionError("lookback_layout 'direct' is a layout of the GPU's threads; the CPU "
+                          "kernels stage their tiles (staged or packed)")
+    if lookback_layout == "packed" and vector_width != "auto":
+        raise OptionError("lookback_layout 'packed' moves its tile in 16-byte vectors: "
+                          "leave vector_width 'auto'")
     param_rows = options.get("param_rows", defaults.param_rows)
     if param_rows not in PARAM_ROWS:
         raise OptionError(f"unknown param_rows {param_rows!r:.40}; choose one of "
@@ -345,7 +369,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                    lookback_tiles=lookback_tiles, lookback_elements=lookback_elements,
                    lookback_threads=lookback_threads, outputs=outputs, out_dtype=out_dtype,
                    varlen=varlen, vector_width=vector_width, fast_math=fast_math,
-                   tile_layout=tile_layout,
+                   tile_layout=tile_layout, lookback_layout=lookback_layout,
                    read_offsets=_read_offsets(options.get("read_offsets", ())),
                    param_rows=param_rows, warp_sweeps=warp_sweeps, short_tile=short_tile)
 

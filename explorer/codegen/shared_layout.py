@@ -14,7 +14,7 @@ from explorer.codegen.gen import scan_io
 from explorer.codegen.hoist import ChannelSplit, split_channel
 from explorer.codegen.lower_grid import blelloch_shapes
 from explorer.codegen.lower_sequential import seq_layout
-from explorer.codegen.options import Options
+from explorer.codegen.options import ELEMENT_BYTES, Options
 
 
 def lane_loop_split(form: Any, plan: Any) -> ChannelSplit | None:
@@ -28,13 +28,23 @@ def lane_loop_split(form: Any, plan: Any) -> ChannelSplit | None:
     return split_channel(form, io.lane_terms, also=io.outer, readouts=io.readouts)
 
 
+def packed_lookback(plan: Any) -> bool:
+    """Whether the plan's look-back kernel packs its stage (``scan.lookback {layout =
+    "packed"}``): its inputs then have stage buffers of their own, of their bytes, and its
+    outputs theirs, of float32 scalars (:func:`explorer.codegen.lower_block.block_scan`)."""
+    return plan.lookback is not None and plan.lookback.layout == "packed"
+
+
 def stage_counts(form: Any, options: Options, plan: Any) -> dict[str, int]:
+    """Stage buffers of each kernel role: with a packed look-back the inputs' come first, then
+    the outputs'."""
     alg = Algebra(form.A)
     coeff = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
     io = scan_io(form, plan.stored, plan.lane_sum)
     split = lane_loop_split(form, plan)
     scan = max(1, len(split.lane_inputs if split is not None else io.inputs), len(io.outputs))
-    return {"scan": scan, "lookback": scan,
+    look = len(io.inputs) + len(io.outputs) if packed_lookback(plan) else scan
+    return {"scan": scan, "lookback": look,
             "reduce": max(1, len([n for n in form.inputs if n in coeff])),
             "carry": max(alg.width, alg.S)}
 
@@ -57,7 +67,12 @@ def shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[int
                              look.elements if look is not None else None,
                              look.threads if look is not None else None)
     count = stage_counts(form, options, plan)[role]
-    sizes = [shapes.stage] * count + [shapes.agg] * Algebra(form.A).width
+    sizes = [shapes.stage] * count
+    if look is not None and packed_lookback(plan):   # the inputs' bytes, unpadded
+        nin = len(scan_io(form, plan.stored, plan.lane_sum).inputs)
+        words = look.threads * look.elements * ELEMENT_BYTES[options.dtype] // 4
+        sizes = [words] * nin + [shapes.stage] * (count - nin)
+    sizes += [shapes.agg] * Algebra(form.A).width
     split = lane_loop_split(form, plan) if role == "scan" else None
     if split is not None:
         # what the lanes share (a row of the tile each), then a row per lane term

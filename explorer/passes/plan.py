@@ -156,7 +156,9 @@ class Lookback:
     tiles_per_lane: int
     elements: int
     threads: int
-    layout: str = "staged"    # how its tile meets the threads: staged | direct (scan.thread's)
+    #: how its tile meets the threads: staged | direct (scan.thread's) | packed (its own: the
+    #: stage holds the inputs as in memory, read back in 16-byte vectors)
+    layout: str = "staged"
 
     def sweeps(self, tree: str) -> tuple[Sweep, ...]:
         """The levels of the look-back block's tree (``tree`` over :attr:`threads`), all in

@@ -94,12 +94,13 @@ def short_from(raw: Any, layout: str) -> Any:
                  str(raw.get("layout", layout)))
 
 
-def _check_tiles(layout: str, whose: str) -> None:
+def _check_tiles(layout: str, whose: str, packed: bool = False) -> None:
     """A kernel's own tile layout (``scan.short``'s, ``scan.lookback``'s) is one the lowering
-    implements."""
-    if layout not in ("staged", "direct"):
+    implements (``packed``: the look-back kernel's alone)."""
+    known = ("staged", "direct", "packed") if packed else ("staged", "direct")
+    if layout not in known:
         raise ValueError(f"{whose} tiles {layout!r:.40} are not a layout the lowering "
-                         "implements (staged or direct)")
+                         f"implements ({', '.join(known)})")
 
 
 def check_short(plan: Any) -> None:
@@ -148,7 +149,13 @@ def check_lookback(plan: Any) -> None:
         if plan.grid.tile != n * e:
             raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
                              f"{n} threads x {e} elements")
-        _check_tiles(look.layout, "a look-back kernel's")
+        _check_tiles(look.layout, "a look-back kernel's", packed=True)
+        if look.layout == "packed" and (plan.reads or e % plan.vector_width
+                                        or plan.vector_width < 4):
+            raise ValueError("a packed look-back tile moves whole 16-byte vectors of each "
+                             "input at its own positions: no input read at an offset, and "
+                             f"{e} elements a thread a multiple of the plan's accesses of "
+                             f"{plan.vector_width} (at least 4)")
 
 
 def reads_from(raw: Any) -> tuple[tuple[str, int], ...]:

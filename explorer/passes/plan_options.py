@@ -133,9 +133,14 @@ def narrow_direct(form: Any, options: Any) -> bool:
 
 
 def lookback_layout(form: Any, options: Any, layout: str) -> str:
-    """How the look-back kernel meets its tile (``scan.lookback {layout}``): ``layout``
-    (``scan.thread``'s), but staged where :func:`narrow_direct` made that direct."""
-    return "staged" if narrow_direct(form, options) else layout
+    """How the look-back kernel meets its tile (``scan.lookback {layout}``): the option
+    ``lookback_layout`` where given; else ``layout`` (``scan.thread``'s), but packed where
+    :func:`narrow_direct` made that direct (16-bit inputs: their stage holds them as 16-bit
+    values, read back in vectors; staged as float32 scalars it ran 15 to 20% slower in a
+    prototype of the same tiles, README *That ceiling revisited*)."""
+    if options.lookback_layout != "auto":
+        return str(options.lookback_layout)
+    return "packed" if narrow_direct(form, options) else layout
 
 
 def short_tile(options: Any, grid_steps: int) -> tuple[int, int, int] | None:

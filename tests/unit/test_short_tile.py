@@ -119,17 +119,17 @@ def _kernel(lowered: str, name: str) -> str:
     return lowered[start:end if end > 0 else len(lowered)]
 
 
-def test_16_bit_inputs_take_direct_plain_and_short_tiles_and_a_staged_lookback():
+def test_16_bit_inputs_take_direct_plain_and_short_tiles_and_a_packed_lookback():
     """bfloat16 and float16 tiles meet the plain and short kernels' threads direct and the
-    look-back kernel's through the stage (each measured faster on an H200); float32 stages
-    them; a layout given is every kernel's."""
+    look-back kernel's through a packed stage (each measured faster on an H200); float32
+    stages them; a layout given is every kernel's."""
     for dtype in ("bfloat16", "float16"):
         c = ex.compile(AFFINE, target="cuda", dtype=dtype)
         plan = c.scan_plan
         assert (plan.layout, plan.short, plan.lookback.layout) == (
-            "direct", Short(32, 16, 4096, "direct"), "staged")
+            "direct", Short(32, 16, 4096, "direct"), "packed")
         text = c.stages["plan"].text
-        assert "its tiles direct" in text and "its tiles staged, in one pass" in text
+        assert "its tiles direct" in text and "its tiles packed (its stage holds" in text
         lowered = c.stages["scan-lower"].text
         short, plain, look = (_kernel(lowered, f"scanweaver_blelloch{k}")
                               for k in ("_short", "", "_lookback"))

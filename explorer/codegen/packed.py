@@ -1,0 +1,110 @@
+"""The packed stage of a look-back tile (``scan.lookback {layout = "packed"}``).
+
+A staged tile goes through shared memory as float32 scalars, one slot a position (padded
+against bank conflicts), each thread reading its E consecutive positions one by one. A packed
+stage holds each input as it is in memory, 16 bits a value for 16-bit inputs, and moves it in
+16-byte vectors both ways: thread ``tid`` stores the coalesced vectors it loaded (vector
+``g * B + tid`` of the tile, ``tile_slots``' groups), and reads back its own consecutive
+positions as the M = ``E * bytes / 16`` vectors ``tid * M .. tid * M + M - 1``, converting them
+to float32 in registers. So a value costs a quarter (16-bit) or the same (float32) shared-memory
+bytes, and a 16-byte access moves 8 or 4 of them, where the staged tile moves one.
+
+Vector ``v`` of the tile is kept at ``o * M + (m XOR f(o))`` (``o = v / M``, its reader;
+``m = v % M``): the XOR with ``f(o) = (o / P) % M`` (P = max(1, 8 / M)) spreads the 8
+readers of one phase of a warp's 16-byte reads (128 bytes, the 32 banks) over distinct banks,
+and the writers of consecutive vectors stay on distinct banks too (it permutes vectors within
+a reader's M only). Measured outside the compiler (README, *That ceiling revisited*): the
+look-back of bfloat16 0.681 / 0.703 of a copy packed against 0.568 / 0.613 staged as float32
+scalars, 128 x 32 tiles at 1 x 2^26 and 16 x 2^20 on an H200.
+
+The outputs keep their float32 stage (buffers of their own, so that no thread's outputs
+overwrite inputs another thread has not read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir.dialects import arith, vector
+from mlir.ir import IntegerAttr, IntegerType, Value, VectorType
+
+from explorer.codegen.emit import add_i, ci, f32, mul_i
+from explorer.codegen.narrow import element_type
+from explorer.codegen.options import ELEMENT_BYTES
+from explorer.errors import CompileError
+
+#: bytes of one vector access of the packed stage
+VECTOR_BYTES = 16
+#: 16-byte groups of one phase of a warp's shared-memory accesses (128 bytes, 32 banks)
+PHASE_VECTORS = 8
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How thread positions map to the words of a packed stage, for ``dtype`` inputs, E
+    positions a thread, loaded V at once (coalesced)."""
+
+    dtype: str
+    E: int
+    V: int
+
+    def __post_init__(self) -> None:
+        es = ELEMENT_BYTES[self.dtype]
+        if self.V * es != VECTOR_BYTES or (self.E * es) % VECTOR_BYTES:
+            raise CompileError(
+                f"a packed look-back tile moves 16-byte vectors: {self.V} {self.dtype} "
+                f"elements a load are {self.V * es} bytes and {self.E} a thread "
+                f"{self.E * es} (a multiple of 16 needed)")
+
+    @property
+    def per_vector(self) -> int:
+        """Elements of one 16-byte vector."""
+        return VECTOR_BYTES // ELEMENT_BYTES[self.dtype]
+
+    @property
+    def M(self) -> int:
+        """16-byte vectors of one thread's E positions."""
+        return self.E // self.per_vector
+
+    def _swizzle(self, o: Value) -> Value:
+        """``f(o)``: the XOR that a reader's vectors take."""
+        M = self.M
+        if M == 1:
+            return ci(0)
+        P = max(1, PHASE_VECTORS // M)
+        return arith.andi(arith.shrui(o, ci(P.bit_length() - 1)), ci(M - 1))
+
+    def _word(self, o: Value, m: Value) -> Value:
+        """The first float32 word of reader ``o``'s vector ``m``."""
+        slot = add_i(mul_i(o, ci(self.M)), arith.xori(m, self._swizzle(o)))
+        return mul_i(slot, ci(VECTOR_BYTES // 4))
+
+    def _words(self) -> VectorType:
+        return VectorType.get([VECTOR_BYTES // 4], f32())
+
+    def store(self, buf: Value, v: Value, vals: Value) -> None:
+        """Store ``vals`` (``vector<V x f32>``, positions ``v * V ..``) as vector ``v``."""
+        M = self.M
+        o = arith.shrui(v, ci(M.bit_length() - 1)) if M > 1 else v
+        m = arith.andi(v, ci(M - 1)) if M > 1 else ci(0)
+        if ELEMENT_BYTES[self.dtype] != 4:   # exact: the value came from a 16-bit load
+            narrow = arith.truncf(VectorType.get([self.V], element_type(self.dtype)), vals)
+            vals = vector.bitcast(self._words(), narrow)
+        vector.store(vals, buf, [self._word(o, m)], alignment=_aligned())
+
+    def load_own(self, buf: Value, tid: Value) -> list[Value]:
+        """Thread ``tid``'s E consecutive positions, float32 scalars in position order."""
+        out: list[Value] = []
+        n = self.per_vector
+        for m in range(self.M):
+            words = vector.load(self._words(), buf, [self._word(tid, ci(m))],
+                                alignment=_aligned())
+            if ELEMENT_BYTES[self.dtype] != 4:
+                narrow = vector.bitcast(VectorType.get([n], element_type(self.dtype)), words)
+                words = arith.extf(VectorType.get([n], f32()), narrow)
+            out += [vector.extract(words, [], [j]) for j in range(n)]
+        return out
+
+
+def _aligned() -> IntegerAttr:
+    return IntegerAttr.get(IntegerType.get_signless(64), VECTOR_BYTES)

@@ -1,0 +1,102 @@
+"""The look-back kernel's packed stage (``scan.lookback {layout = "packed"}``): its inputs staged
+as they are in memory and read back in 16-byte vectors, on the host against the staged tile
+and the float64 reference; the option and the plan's checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import explorer as ex
+from explorer.bench.affine import affine_scan_f64, max_rel_error, tolerance
+from explorer.codegen.options import LOOKBACK_LAYOUTS
+from explorer.errors import CompileError, OptionError
+from explorer.passes.plan import plan_from_dict
+from explorer.runtime.dtypes import from_storage, to_storage
+
+AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
+#: lengths: a tile (128 x 16 = 2048 steps), ragged tails, several tiles
+LENGTHS = (2048, 2049, 4113, 3 * 2048, 1 << 14)
+
+
+def _inputs(rng: np.random.Generator, C: int, L: int) -> dict[str, np.ndarray]:
+    return {"a": rng.uniform(0.9, 1.0, (C, L)).astype(np.float32),
+            "b": rng.uniform(-0.5, 0.5, (C, L)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_host_runs_a_packed_lookback_tile_as_the_staged_one(dtype: str):
+    """The same kernels but for the stage: equal outputs bit for bit, and near the float64
+    reference (of the inputs as the dtype holds them)."""
+    packed = ex.compile(AFFINE, target="cpu", dtype=dtype, grid="lookback",
+                        lookback_layout="packed")
+    staged = ex.compile(AFFINE, target="cpu", dtype=dtype, grid="lookback",
+                        lookback_layout="staged")
+    assert packed.scan_plan.lookback.layout == "packed"
+    assert staged.scan_plan.lookback.layout == "staged"
+    assert "vector.bitcast" in packed.stages["scan-lower"].text or dtype == "float32"
+    rng = np.random.default_rng(7)
+    for L in LENGTHS:
+        x = _inputs(rng, 3, L)
+        got = np.asarray(packed(**x), dtype=np.float64)
+        np.testing.assert_array_equal(got, np.asarray(staged(**x), dtype=np.float64))
+        held = {k: from_storage(to_storage(k, v, dtype), dtype) for k, v in x.items()}
+        assert max_rel_error(got, affine_scan_f64(held["a"], held["b"])) <= tolerance(dtype)
+
+
+def test_a_packed_tile_backwards_in_time():
+    """A reverse scan reads its rows from the end: the packed stage holds them as loaded."""
+    kw = dict(target="cpu", grid="lookback", reverse=True)
+    packed = ex.compile(AFFINE, lookback_layout="packed", **kw)
+    staged = ex.compile(AFFINE, lookback_layout="staged", **kw)
+    x = _inputs(np.random.default_rng(3), 2, 5000)
+    np.testing.assert_array_equal(np.asarray(packed(**x)), np.asarray(staged(**x)))
+
+
+def test_16_bit_gpu_plans_pack_the_lookback_stage_and_the_option_overrides():
+    for dtype in ("bfloat16", "float16"):
+        assert ex.compile(AFFINE, target="cuda", dtype=dtype).scan_plan.lookback.layout \
+            == "packed"
+        given = ex.compile(AFFINE, target="cuda", dtype=dtype, lookback_layout="staged")
+        assert given.scan_plan.lookback.layout == "staged"
+        assert given.scan_plan.layout == "direct"   # the plain kernel's own choice stays
+    assert ex.compile(AFFINE, target="cuda").scan_plan.lookback.layout == "staged"
+    f32 = ex.compile(AFFINE, target="cuda", lookback_layout="packed")
+    assert f32.scan_plan.lookback.layout == "packed"
+    # the packed kernel's PTX reads its stage in 16-byte vectors
+    ptx = ex.compile(AFFINE, target="cuda", dtype="bfloat16").ptx
+    look = ptx[ptx.index(".entry scanweaver_blelloch_lookback"):]
+    assert "ld.shared.v4" in look
+
+
+def test_the_option_is_checked():
+    assert LOOKBACK_LAYOUTS == ("auto", "staged", "direct", "packed")
+    with pytest.raises(OptionError, match="unknown lookback_layout"):
+        ex.compile(AFFINE, target="cpu", lookback_layout="vectors")
+    with pytest.raises(OptionError, match="GPU's threads"):
+        ex.compile(AFFINE, target="cpu", lookback_layout="direct")
+    with pytest.raises(OptionError, match="sequential plan has none"):
+        ex.compile(AFFINE, target="cpu", strategy="sequential", lookback_layout="packed")
+    with pytest.raises(OptionError, match="leave vector_width 'auto'"):
+        ex.compile(AFFINE, target="cpu", lookback_layout="packed", vector_width=2)
+    # a thread's elements must fill 16-byte vectors: 4 bfloat16 elements are 8 bytes
+    with pytest.raises((CompileError, OptionError, ValueError), match="16"):
+        ex.compile(AFFINE, target="cpu", dtype="bfloat16", grid="lookback",
+                   lookback_layout="packed", lookback_elements=4)
+
+
+def test_recorded_packed_lookbacks_are_checked():
+    plan = ex.compile(AFFINE, target="cuda", dtype="bfloat16").scan_plan
+    assert plan_from_dict(dataclasses.asdict(plan)) == plan
+    # a packed tile moves no input read at an offset
+    bad = dataclasses.asdict(plan)
+    bad["reads"] = [["a", 1]]
+    with pytest.raises(ValueError, match="packed look-back tile"):
+        plan_from_dict(bad)
+    # packed is the look-back kernel's alone
+    short = dataclasses.asdict(plan)
+    short["short"]["layout"] = "packed"
+    with pytest.raises(ValueError, match="short kernel's tiles"):
+        plan_from_dict(short)
