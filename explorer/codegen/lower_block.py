@@ -42,11 +42,10 @@ from explorer.codegen.tiles import (
     edge_slot,
     held_value,
     scan_shift,
-    streams_aligned,
+    stage_write,
     striped_add,
     tile_loads,
     tile_slots,
-    wide_store,
 )
 
 
@@ -164,6 +163,9 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     packing = Packing(gen.options.dtype, E, VL) if packed else None
     assert not packed or (single_tile and not direct and not extra and out_stage), "packed"
     ostage = list(out_stage) if packed else list(stage)
+    # the outputs packed too where they are stored in the inputs' dtype
+    out_packing = (Packing(gen.options.dtype, E, VL)
+                   if packed and gen.options.output_dtype == gen.options.dtype else None)
 
     def slots(tid: Value, W: int) -> list[Value]:
         return tile_slots(tid, E, bs, W, direct)
@@ -396,6 +398,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
             # holding them in registers through the tree and the wait: under its register cap
             # they spilled at 16 elements a thread
             cols = packed_cols(tid)
+            mine: list[list[Value]] = []    # the thread's outputs, for a packed output stage
             els = kept["els"] if th.gpu and not single_tile else own(tid, t0, cols)
             for j in range(E):
                 p = add_i(mul_i(tid, ci(E)), ci(j))
@@ -426,8 +429,14 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                 if direct:
                     out_vals.append(o)
                     continue
+                if out_packing is not None:
+                    mine.append(o)
+                    continue
                 for q, v in enumerate(o):
                     memref.store(v, ostage[q], [pad(p)])
+            if out_packing is not None and mine:
+                for q in range(len(mine[0])):
+                    out_packing.store_own(ostage[q], tid, [o[q] for o in mine])
         th.each(finish)
         # the barrier keeps the stage and the tree's shared slots from being overwritten (the
         # next tile or scan) before every thread has read them; a direct scan of one warp
@@ -453,36 +462,13 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         # A thread writes out the stage positions it loaded (slots(tid, VL)), wide or not: on
         # the GPU the next tile goes into the stage with no barrier after this, each thread
         # overwriting its own positions only, which it has read by then
-        def scalar_write(tid: Value) -> None:
-            for p in slots(tid, VL):
-                t = add_i(t0, p)
-
-                def put(p: Value = p, t: Value = t) -> None:
-                    for q, s in enumerate(outs):
-                        s.store(memref.load(ostage[q], [pad(p)]), t)
-                if_then(lt_i(t, end), put)
-
-        def wide_write(tid: Value) -> None:
-            for p in slots(tid, VL)[::VL]:
-                for q, s in enumerate(outs):
-                    wide_store(s, add_i(t0, p), [memref.load(ostage[q], [pad(add_i(p, ci(j)))])
-                                                 for j in range(VL)])
-
         def write(tid: Value) -> None:
-            if VL == 1:
-                scalar_write(tid)
-                return
-            whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
-            ok = arith.andi(whole, streams_aligned(outs, t0, VL))
-
-            def wide() -> list[Value]:
-                wide_write(tid)
-                return []
-
-            def scalar() -> list[Value]:
-                scalar_write(tid)
-                return []
-            if_else(ok, [], wide, scalar)
+            def group(q: int, g: int, p: Value) -> list[Value]:
+                """Output ``q`` at the thread's ``g``-th group of positions (from ``p``)."""
+                if out_packing is not None:
+                    return out_packing.load(ostage[q], add_i(ci(g * bs), tid))
+                return [memref.load(ostage[q], [pad(add_i(p, ci(j)))]) for j in range(VL)]
+            stage_write(outs, group, slots(tid, VL)[::VL], t0, end, T, VL)
         th.each(write)
         return alg.apply(total, carry) + nxt + kept_sums
 

@@ -17,8 +17,10 @@ a reader's M only). Measured outside the compiler (README, *That ceiling revisit
 look-back of bfloat16 0.681 / 0.703 of a copy packed against 0.568 / 0.613 staged as float32
 scalars, 128 x 32 tiles at 1 x 2^26 and 16 x 2^20 on an H200.
 
-The outputs keep their float32 stage (buffers of their own, so that no thread's outputs
-overwrite inputs another thread has not read).
+The outputs have buffers of their own (so that no thread's outputs overwrite inputs another
+thread has not read): packed the same way, each thread storing its own consecutive positions
+and the block then reading the coalesced vectors for its wide stores, where they are stored in
+the inputs' dtype (``out_dtype`` unset); as float32 scalars (the staged tile's) otherwise.
 """
 
 from __future__ import annotations
@@ -82,28 +84,55 @@ class Packing:
     def _words(self) -> VectorType:
         return VectorType.get([VECTOR_BYTES // 4], f32())
 
-    def store(self, buf: Value, v: Value, vals: Value) -> None:
-        """Store ``vals`` (``vector<V x f32>``, positions ``v * V ..``) as vector ``v``."""
+    def _reader(self, v: Value) -> tuple[Value, Value]:
+        """The reader ``o`` of the tile's vector ``v`` and its place ``m`` among the reader's."""
         M = self.M
-        o = arith.shrui(v, ci(M.bit_length() - 1)) if M > 1 else v
-        m = arith.andi(v, ci(M - 1)) if M > 1 else ci(0)
-        if ELEMENT_BYTES[self.dtype] != 4:   # exact: the value came from a 16-bit load
-            narrow = arith.truncf(VectorType.get([self.V], element_type(self.dtype)), vals)
+        if M == 1:
+            return v, ci(0)
+        return arith.shrui(v, ci(M.bit_length() - 1)), arith.andi(v, ci(M - 1))
+
+    def _put(self, buf: Value, o: Value, m: Value, vals: Value) -> None:
+        """``vals`` (``vector<16 bytes' elements x f32>``) as reader ``o``'s vector ``m``,
+        rounded to the dtype (exact for an input: its values came from a 16-bit load)."""
+        if ELEMENT_BYTES[self.dtype] != 4:
+            narrow = arith.truncf(VectorType.get([self.per_vector], element_type(self.dtype)),
+                                  vals)
             vals = vector.bitcast(self._words(), narrow)
         vector.store(vals, buf, [self._word(o, m)], alignment=_aligned())
+
+    def _get(self, buf: Value, o: Value, m: Value) -> Value:
+        """Reader ``o``'s vector ``m`` as ``vector<16 bytes' elements x f32>``."""
+        n = self.per_vector
+        words = vector.load(self._words(), buf, [self._word(o, m)], alignment=_aligned())
+        if ELEMENT_BYTES[self.dtype] == 4:
+            return words
+        narrow = vector.bitcast(VectorType.get([n], element_type(self.dtype)), words)
+        return arith.extf(VectorType.get([n], f32()), narrow)
+
+    def store(self, buf: Value, v: Value, vals: Value) -> None:
+        """Store ``vals`` (``vector<V x f32>``, positions ``v * V ..``) as vector ``v``."""
+        self._put(buf, *self._reader(v), vals)
+
+    def load(self, buf: Value, v: Value) -> list[Value]:
+        """The tile's vector ``v`` (positions ``v * V ..``), float32 scalars."""
+        vec = self._get(buf, *self._reader(v))
+        return [vector.extract(vec, [], [j]) for j in range(self.V)]
 
     def load_own(self, buf: Value, tid: Value) -> list[Value]:
         """Thread ``tid``'s E consecutive positions, float32 scalars in position order."""
         out: list[Value] = []
+        for m in range(self.M):
+            vec = self._get(buf, tid, ci(m))
+            out += [vector.extract(vec, [], [j]) for j in range(self.per_vector)]
+        return out
+
+    def store_own(self, buf: Value, tid: Value, vals: list[Value]) -> None:
+        """Thread ``tid``'s E consecutive positions (float32 scalars, position order),
+        rounded to the dtype (an output's rounding, as its store would round it)."""
         n = self.per_vector
         for m in range(self.M):
-            words = vector.load(self._words(), buf, [self._word(tid, ci(m))],
-                                alignment=_aligned())
-            if ELEMENT_BYTES[self.dtype] != 4:
-                narrow = vector.bitcast(VectorType.get([n], element_type(self.dtype)), words)
-                words = arith.extf(VectorType.get([n], f32()), narrow)
-            out += [vector.extract(words, [], [j]) for j in range(n)]
-        return out
+            vec = vector.from_elements(VectorType.get([n], f32()), vals[m * n:(m + 1) * n])
+            self._put(buf, tid, ci(m), vec)
 
 
 def _aligned() -> IntegerAttr:

@@ -31,7 +31,7 @@ def lane_loop_split(form: Any, plan: Any) -> ChannelSplit | None:
 def packed_lookback(plan: Any) -> bool:
     """Whether the plan's look-back kernel packs its stage (``scan.lookback {layout =
     "packed"}``): its inputs then have stage buffers of their own, of their bytes, and its
-    outputs theirs, of float32 scalars (:func:`explorer.codegen.lower_block.block_scan`)."""
+    outputs theirs (:mod:`explorer.codegen.packed`)."""
     return plan.lookback is not None and plan.lookback.layout == "packed"
 
 
@@ -71,7 +71,9 @@ def shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[int
     if look is not None and packed_lookback(plan):   # the inputs' bytes, unpadded
         nin = len(scan_io(form, plan.stored, plan.lane_sum).inputs)
         words = look.threads * look.elements * ELEMENT_BYTES[options.dtype] // 4
-        sizes = [words] * nin + [shapes.stage] * (count - nin)
+        # the outputs packed too where stored in the inputs' dtype, float32 scalars otherwise
+        outs = words if options.output_dtype == options.dtype else shapes.stage
+        sizes = [words] * nin + [outs] * (count - nin)
     sizes += [shapes.agg] * Algebra(form.A).width
     split = lane_loop_split(form, plan) if role == "scan" else None
     if split is not None:

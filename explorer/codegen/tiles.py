@@ -16,7 +16,7 @@ elements from those registers and stores its outputs at the same positions from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
@@ -85,6 +85,36 @@ def wide_store(s: Stream, p: Value, vals: Sequence[Value]) -> None:
     ordered = list(vals) if s.last is None else list(vals)[::-1]
     vec = vector.from_elements(VectorType.get([V], f32()), ordered)
     vector.store(vec, s.array, [_wide_index(s, p, V)], alignment=_alignment(V))
+
+
+def stage_write(outs: Sequence[Stream], group: Callable[[int, int, Value], list[Value]],
+                starts: Sequence[Value], t0: Value, end: Value, T: int, V: int) -> None:
+    """Store a thread's outputs from the block's stage: ``group(q, g, p)`` gives output ``q``
+    at the thread's ``g``-th group of V positions, which starts at tile position
+    ``starts[g]``; stored in one vector each where the tile lies whole before ``end`` and
+    every output's row is aligned there, element by element (before ``end``) otherwise."""
+    def scalar() -> list[Value]:
+        for g, p in enumerate(starts):
+            for q, s in enumerate(outs):
+                vals = group(q, g, p)
+                for j, v in enumerate(vals):
+                    t = add_i(add_i(t0, p), ci(j))
+
+                    def put(v: Value = v, t: Value = t, s: Stream = s) -> None:
+                        s.store(v, t)
+                    if_then(arith.cmpi(arith.CmpIPredicate.slt, t, end), put)
+        return []
+    if V == 1:
+        scalar()
+        return
+
+    def wide() -> list[Value]:
+        for g, p in enumerate(starts):
+            for q, s in enumerate(outs):
+                wide_store(s, add_i(t0, p), group(q, g, p))
+        return []
+    whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
+    if_else(arith.andi(whole, streams_aligned(outs, t0, V)), [], wide, scalar)
 
 
 def scan_shift(s: Stream) -> int:

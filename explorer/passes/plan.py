@@ -318,7 +318,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
                           f"recurrence ({', '.join(form.recurrence.inputs)})")
     if o.strategy in TREES:
         look = lookback_elements(form, o)
-        threads = lookback_threads(o, look)
+        threads = lookback_threads(form, o, look)
         grid = (Grid("lookback", direction, threads * look, 1, CHUNK_FILL,
                      LOOKBACK_UNCHUNKED_FROM)
                 if scheme == "lookback" else
@@ -333,7 +333,7 @@ def choose_plan(form: Any, options: Any) -> Plan:
         return Plan(o.strategy, o.block_size, o.elements_per_thread, o.strategy,
                     sweeps_of(o.strategy, o.block_size, shuffled_sweeps(o)), grid,
                     lookback=(Lookback(LOOKBACK_LANES, o.lookback_tiles, look, threads,
-                                       lookback_layout(form, o, layout))
+                                       lookback_layout(form, o, layout, look))
                               if grid.scheme == "lookback" else None),
                     stored=stored, lane_sum=lane_sum, segments=o.varlen,
                     vector_width=o.vector_elements,

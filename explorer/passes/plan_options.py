@@ -29,12 +29,40 @@ def few_streams(rec: Any, outputs: Any) -> bool:
     return len(rec.inputs) + len(stored_outputs(rec, outputs)) <= LOOKBACK_WIDE_STREAMS
 
 
+#: the look-back tile (threads, elements a thread) of 16-bit inputs in a packed stage
+#: (:func:`packed_tile`): measured on an H200 (bfloat16, one call; README, *A packed stage for
+#: 16-bit look-back tiles*) against 256 x 16 packed, 0.654 / 0.618 of a copy at 1 x 2^26, 0.639 /
+#: 0.601 at 16 x 2^20, 0.664 / 0.625 at 64 x 2^18, 0.641 / 0.606 at 4 x 2^24 (with the outputs
+#: still staged as float32 scalars the two tiles were within 2%)
+PACKED_LOOKBACK_TILE = (128, 32)
+
+
+def packable(options: Any, elements: int) -> bool:
+    """Whether a look-back tile of ``elements`` a thread can be packed: it moves 16-byte
+    vectors (``vector_width`` left automatic, at 16 bytes; whole vectors a thread) and reads no
+    input at an offset."""
+    from explorer.codegen.options import ELEMENT_BYTES
+
+    size = ELEMENT_BYTES[options.dtype]
+    return (options.vector_width == "auto" and options.vector_elements * size == 16
+            and (elements * size) % 16 == 0 and not options.read_offsets)
+
+
+def packed_tile(form: Any, options: Any) -> bool:
+    """Whether the look-back kernel takes PACKED_LOOKBACK_TILE where its tile is left open:
+    16-bit inputs that :func:`lookback_layout` packs by itself."""
+    return (options.lookback_layout == "auto" and narrow_direct(form, options)
+            and packable(options, PACKED_LOOKBACK_TILE[1]))
+
+
 def lookback_elements(form: Any, options: Any) -> int:
-    """``lookback_elements`` resolved: twice ``elements_per_thread`` (at most 16) for a scalar
-    first-order state whose tile moves at most LOOKBACK_WIDE_STREAMS arrays,
-    ``elements_per_thread`` for the others."""
+    """``lookback_elements`` resolved: PACKED_LOOKBACK_TILE's where :func:`packed_tile` says
+    so, twice ``elements_per_thread`` (at most 16) for a scalar first-order state whose tile
+    moves at most LOOKBACK_WIDE_STREAMS arrays, ``elements_per_thread`` for the others."""
     if options.lookback_elements != "auto":
         return int(options.lookback_elements)
+    if packed_tile(form, options) and options.lookback_threads == "auto":
+        return PACKED_LOOKBACK_TILE[1]
     E = int(options.elements_per_thread)
     return min(16, 2 * E) if scalar_first_order(form) and few_streams(form.recurrence,
                                                                        options.outputs) else E
@@ -45,12 +73,15 @@ def lookback_elements(form: Any, options: Any) -> int:
 LOOKBACK_THREADS = 256
 
 
-def lookback_threads(options: Any, elements: int) -> int:
-    """``lookback_threads`` resolved for a look-back tile of ``elements`` a thread: at least
-    LOOKBACK_THREADS on the GPU where that is 16 (the scalar first-order default),
+def lookback_threads(form: Any, options: Any, elements: int) -> int:
+    """``lookback_threads`` resolved for a look-back tile of ``elements`` a thread:
+    PACKED_LOOKBACK_TILE's where :func:`packed_tile` says so and the elements are its, at least
+    LOOKBACK_THREADS on the GPU where they are 16 (the scalar first-order default),
     ``block_size`` otherwise."""
     if options.lookback_threads != "auto":
         return int(options.lookback_threads)
+    if packed_tile(form, options) and elements == PACKED_LOOKBACK_TILE[1]:
+        return PACKED_LOOKBACK_TILE[0]
     if options.target == "cuda" and elements == 16:
         return max(int(options.block_size), LOOKBACK_THREADS)
     return int(options.block_size)
@@ -132,15 +163,17 @@ def narrow_direct(form: Any, options: Any) -> bool:
                 and few_streams(form.recurrence, options.outputs))
 
 
-def lookback_layout(form: Any, options: Any, layout: str) -> str:
-    """How the look-back kernel meets its tile (``scan.lookback {layout}``): the option
-    ``lookback_layout`` where given; else ``layout`` (``scan.thread``'s), but packed where
-    :func:`narrow_direct` made that direct (16-bit inputs: their stage holds them as 16-bit
-    values, read back in vectors; staged as float32 scalars it ran 15 to 20% slower in a
-    prototype of the same tiles, README *That ceiling revisited*)."""
+def lookback_layout(form: Any, options: Any, layout: str, elements: int) -> str:
+    """How the look-back kernel meets its tile (``scan.lookback {layout}``) of ``elements`` a
+    thread: the option ``lookback_layout`` where given; else ``layout`` (``scan.thread``'s),
+    but where :func:`narrow_direct` made that direct, packed (16-bit inputs: their stage holds
+    them as 16-bit values, read back in vectors; README, *A packed stage for 16-bit look-back
+    tiles*) where :func:`packable`, staged otherwise."""
     if options.lookback_layout != "auto":
         return str(options.lookback_layout)
-    return "packed" if narrow_direct(form, options) else layout
+    if narrow_direct(form, options):
+        return "packed" if packable(options, elements) else "staged"
+    return layout
 
 
 def short_tile(options: Any, grid_steps: int) -> tuple[int, int, int] | None:

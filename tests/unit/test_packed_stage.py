@@ -14,6 +14,7 @@ from explorer.bench.affine import affine_scan_f64, max_rel_error, tolerance
 from explorer.codegen.options import LOOKBACK_LAYOUTS
 from explorer.errors import CompileError, OptionError
 from explorer.passes.plan import plan_from_dict
+from explorer.passes.plan_options import PACKED_LOOKBACK_TILE
 from explorer.runtime.dtypes import from_storage, to_storage
 
 AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
@@ -46,6 +47,20 @@ def test_the_host_runs_a_packed_lookback_tile_as_the_staged_one(dtype: str):
         assert max_rel_error(got, affine_scan_f64(held["a"], held["b"])) <= tolerance(dtype)
 
 
+def test_float32_outputs_of_16_bit_inputs_keep_a_float32_output_stage():
+    """``out_dtype="float32"``: the outputs are not the inputs' dtype, so they leave through
+    float32 scalars (not rounded to 16 bits on the way), the inputs still packed."""
+    kw = dict(target="cpu", dtype="bfloat16", out_dtype="float32", grid="lookback")
+    packed = ex.compile(AFFINE, lookback_layout="packed", **kw)
+    staged = ex.compile(AFFINE, lookback_layout="staged", **kw)
+    x = _inputs(np.random.default_rng(5), 3, 4113)
+    got = np.asarray(packed(**x))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.asarray(staged(**x)))
+    held = {k: from_storage(to_storage(k, v, "bfloat16"), "bfloat16") for k, v in x.items()}
+    assert max_rel_error(got, affine_scan_f64(held["a"], held["b"])) <= 1e-5
+
+
 def test_a_packed_tile_backwards_in_time():
     """A reverse scan reads its rows from the end: the packed stage holds them as loaded."""
     kw = dict(target="cpu", grid="lookback", reverse=True)
@@ -57,11 +72,17 @@ def test_a_packed_tile_backwards_in_time():
 
 def test_16_bit_gpu_plans_pack_the_lookback_stage_and_the_option_overrides():
     for dtype in ("bfloat16", "float16"):
-        assert ex.compile(AFFINE, target="cuda", dtype=dtype).scan_plan.lookback.layout \
-            == "packed"
+        look = ex.compile(AFFINE, target="cuda", dtype=dtype).scan_plan.lookback
+        assert (look.layout, look.threads, look.elements) == ("packed", *PACKED_LOOKBACK_TILE)
         given = ex.compile(AFFINE, target="cuda", dtype=dtype, lookback_layout="staged")
-        assert given.scan_plan.lookback.layout == "staged"
+        # staged, the tile is the one measured for the stage before (same steps a tile)
+        assert (given.scan_plan.lookback.layout, given.scan_plan.lookback.threads,
+                given.scan_plan.lookback.elements) == ("staged", 256, 16)
+        assert given.scan_plan.grid.tile == look.threads * look.elements
         assert given.scan_plan.layout == "direct"   # the plain kernel's own choice stays
+        # a tile given is kept
+        mine = ex.compile(AFFINE, target="cuda", dtype=dtype, lookback_threads=256)
+        assert (mine.scan_plan.lookback.threads, mine.scan_plan.lookback.elements) == (256, 16)
     assert ex.compile(AFFINE, target="cuda").scan_plan.lookback.layout == "staged"
     f32 = ex.compile(AFFINE, target="cuda", lookback_layout="packed")
     assert f32.scan_plan.lookback.layout == "packed"
@@ -81,10 +102,15 @@ def test_the_option_is_checked():
         ex.compile(AFFINE, target="cpu", strategy="sequential", lookback_layout="packed")
     with pytest.raises(OptionError, match="leave vector_width 'auto'"):
         ex.compile(AFFINE, target="cpu", lookback_layout="packed", vector_width=2)
-    # a thread's elements must fill 16-byte vectors: 4 bfloat16 elements are 8 bytes
-    with pytest.raises((CompileError, OptionError, ValueError), match="16"):
+    # a packed tile moves 16-byte vectors: loads of 4 bfloat16 elements are 8 bytes
+    with pytest.raises(CompileError, match="16-byte vectors"):
         ex.compile(AFFINE, target="cpu", dtype="bfloat16", grid="lookback",
-                   lookback_layout="packed", lookback_elements=4)
+                   lookback_layout="packed", block_size=128, elements_per_thread=4)
+    # where packing cannot be, the automatic layout stages (16-bit inputs on the GPU)
+    for kw in (dict(vector_width=1), dict(block_size=128, elements_per_thread=4),
+               dict(read_offsets={"a": 1})):
+        look = ex.compile(AFFINE, target="cuda", dtype="float16", **kw).scan_plan.lookback
+        assert look.layout == "staged", kw
 
 
 def test_recorded_packed_lookbacks_are_checked():

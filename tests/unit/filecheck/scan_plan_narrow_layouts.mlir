@@ -5,5 +5,5 @@
 // CHECK: "scan.thread"() {elements = 16 : i64, layout = "direct"
 // CHECK-NEXT: "scan.block"() {threads = 64 : i64, tree = "blelloch"}
 // CHECK: "scan.grid"() {{{.*}}scheme = "lookback", tile = 4096 : i64
-// CHECK-NEXT: "scan.lookback"() {elements = 16 : i64, lanes = 32 : i64, layout = "packed", threads = 256 : i64, tiles_per_lane = 1 : i64}
+// CHECK-NEXT: "scan.lookback"() {elements = 32 : i64, lanes = 32 : i64, layout = "packed", threads = 128 : i64, tiles_per_lane = 1 : i64}
 // CHECK-NEXT: "scan.short"() {elements = 16 : i64, layout = "direct", longest = 4096 : i64, threads = 32 : i64}
