@@ -88,11 +88,13 @@ def wide_store(s: Stream, p: Value, vals: Sequence[Value]) -> None:
 
 
 def stage_write(outs: Sequence[Stream], group: Callable[[int, int, Value], list[Value]],
-                starts: Sequence[Value], t0: Value, end: Value, T: int, V: int) -> None:
-    """Store a thread's outputs from the block's stage: ``group(q, g, p)`` gives output ``q``
-    at the thread's ``g``-th group of V positions, which starts at tile position
-    ``starts[g]``; stored in one vector each where the tile lies whole before ``end`` and
-    every output's row is aligned there, element by element (before ``end``) otherwise."""
+                starts: Sequence[Value], t0: Value, end: Value, extent: int | Value,
+                V: int) -> None:
+    """Store a thread's outputs: ``group(q, g, p)`` gives output ``q`` at the thread's
+    ``g``-th group of V positions, which starts at tile position ``starts[g]`` (from the
+    block's stage, or the thread's registers); stored in one vector each where the tile's
+    positions up to ``extent`` lie whole before ``end`` and every output's row is aligned
+    there, element by element (before ``end``) otherwise."""
     def scalar() -> list[Value]:
         for g, p in enumerate(starts):
             for q, s in enumerate(outs):
@@ -113,7 +115,8 @@ def stage_write(outs: Sequence[Stream], group: Callable[[int, int, Value], list[
             for q, s in enumerate(outs):
                 wide_store(s, add_i(t0, p), group(q, g, p))
         return []
-    whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, ci(T)), end)
+    span = ci(extent) if isinstance(extent, int) else extent
+    whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, span), end)
     if_else(arith.andi(whole, streams_aligned(outs, t0, V)), [], wide, scalar)
 
 
@@ -201,30 +204,13 @@ def direct_write(outs: Sequence[Stream], vals: Sequence[Sequence[Value]], t0: Va
     at ``t0`` (the ``direct`` layout, :func:`tile_slots`): ``vals[k][q]`` is stream ``q``'s
     value at its ``k``-th position. One ``vector.store`` of V elements per stream and group
     where the thread's positions lie whole before ``end`` and every stream is aligned there;
-    element by element otherwise, positions past ``end`` not written."""
+    element by element otherwise, positions past ``end`` not written (:func:`stage_write`)."""
     base = mul_i(tid, ci(E))
 
-    def scalar() -> list[Value]:
-        for k in range(E):
-            t = add_i(t0, add_i(base, ci(k)))
-
-            def put(t: Value = t, k: int = k) -> None:
-                for q, s in enumerate(outs):
-                    s.store(vals[k][q], t)
-            if_then(arith.cmpi(arith.CmpIPredicate.slt, t, end), put)
-        return []
-    if V == 1:
-        scalar()
-        return
-
-    def wide() -> list[Value]:
-        for g in range(E // V):
-            p = add_i(t0, add_i(base, ci(g * V)))
-            for q, s in enumerate(outs):
-                wide_store(s, p, [vals[g * V + j][q] for j in range(V)])
-        return []
-    whole = arith.cmpi(arith.CmpIPredicate.sle, add_i(t0, add_i(base, ci(E))), end)
-    if_else(arith.andi(whole, streams_aligned(outs, t0, V)), [], wide, scalar)
+    def group(q: int, g: int, p: Value) -> list[Value]:
+        return [vals[g * V + j][q] for j in range(V)]
+    stage_write(outs, group, [add_i(base, ci(g * V)) for g in range(E // V)], t0, end,
+                add_i(base, ci(E)), V)
 
 
 def rows_aligned(arrays: Sequence[Value], L: Value, begin: Value, V: int) -> Value:
