@@ -39,8 +39,10 @@ The plan says how the scan maps onto the machine, from the innermost level out:
   memory; a look-back block has ``threads`` threads (its tree is ``scan.block``'s tree over
   them, the sweeps ``sweeps_of(tree, threads)``, in shared memory), each composing
   ``elements`` elements (its tile, ``scan.grid {tile}``, is ``threads * elements``) and meets
-  its tile as ``layout`` says (``scan.thread``'s layouts: staged for 16-bit inputs whose plain
-  kernel is direct, see :func:`lookback_layout`; the plain kernel of whole sequences keeps
+  its tile as ``layout`` says (``scan.thread``'s layouts, or ``packed``, its own: the stage
+  holds the inputs as they are in memory and each thread reads its own back in 16-byte
+  vectors, :mod:`explorer.codegen.packed`; packed on a tile of 128 x 32 for 16-bit inputs whose
+  plain kernel is direct, see :func:`lookback_layout`; the plain kernel of whole sequences keeps
   ``scan.block {threads}`` and ``scan.thread {elements, layout}``);
 * ``scan.short {threads, elements, longest, layout}`` (tree plans, optional): sequences of at
   most ``longest`` steps run whole in a kernel of their own whose block has ``threads`` threads

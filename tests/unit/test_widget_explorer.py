@@ -660,7 +660,7 @@ def test_the_tiles_box_reaches_the_compile_and_the_plan_shows_the_layout() -> No
     narrow.tabs.selected_index = 2
     info = narrow.tree_view.info.value
     assert "16 elements composed in each thread (tiles direct)" in info
-    assert "(256 threads x 16 elements, tiles staged)" in info
+    assert "(128 threads x 32 elements, tiles packed)" in info
 
 
 def test_the_short_kernel_box_switches_the_short_kernel_off_and_on() -> None:
