@@ -22,6 +22,7 @@ from explorer.widget.controls import (
     CONTROLLED,
     ELEMENTS_PER_THREAD,
     FAST_MATH_CHOICES,
+    LOOKBACK_LAYOUT_CHOICES,
     OUTPUTS_TOOLTIP,
     TILE_LAYOUT_CHOICES,
     choices,
@@ -96,7 +97,7 @@ class Explorer(widgets.VBox):
                  dtype: str = "float32", reverse: bool = False, grid: str | None = None,
                  outputs: str | tuple[str, ...] | None = None,
                  fast_math: str | None = None, tile_layout: str | None = None,
-                 short_tile: str | None = None) -> None:
+                 short_tile: str | None = None, lookback_layout: str | None = None) -> None:
         from explorer.codegen.options import GRIDS, Options, layout_choice, validate
         from explorer.compiler import Compiled
         from explorer.frontend.recurrence import Recurrence
@@ -116,6 +117,7 @@ class Explorer(widgets.VBox):
             fast_math = opts.get("fast_math", "contract")
             tile_layout = opts.get("tile_layout", "auto")
             short_tile = opts.get("short_tile", "auto")
+            lookback_layout = opts.get("lookback_layout", "auto")
             block_size, elements_per_thread = opts["block_size"], opts["elements_per_thread"]
         defaults = Options()
         #: options of a given record that no control sets (``varlen``, ``out_dtype``,
@@ -135,6 +137,8 @@ class Explorer(widgets.VBox):
             tile_layout = defaults.tile_layout
         if short_tile is None:
             short_tile = defaults.short_tile
+        if lookback_layout is None:
+            lookback_layout = defaults.lookback_layout
         if block_size is None:
             block_size = defaults.block_size
         if elements_per_thread is None:
@@ -146,7 +150,7 @@ class Explorer(widgets.VBox):
                            elements_per_thread=elements_per_thread, chip=chip, dtype=dtype,
                            reverse=reverse, grid=grid, outputs=outputs,
                            fast_math=fast_math, tile_layout=tile_layout,
-                           short_tile=short_tile).outputs
+                           short_tile=short_tile, lookback_layout=lookback_layout).outputs
         if isinstance(recurrence, Recurrence):
             recurrence = recurrence.text
         if not isinstance(recurrence, str):
@@ -238,6 +242,15 @@ class Explorer(widgets.VBox):
             tooltip="sequences of at most 4096 steps in a kernel of their own (scan.short): "
                     "auto, off, or its threads x elements")
         self.short_tile.add_class("sw-short-tile")
+        # how the look-back kernel meets its tile (scan.lookback {layout}), on its own
+        self.lookback_layout = widgets.Dropdown(
+            options=list(LOOKBACK_LAYOUT_CHOICES), value=lookback_layout,
+            description="look-back tiles", disabled=strategy == "sequential",
+            layout=widgets.Layout(width="300px"), style=style,
+            tooltip="how the look-back kernel of few long sequences meets its tile "
+                    "(scan.lookback {layout}): staged as float32 scalars, packed as loaded "
+                    "(read back in 16-byte vectors), or direct in registers (GPU)")
+        self.lookback_layout.add_class("sw-lookback-layout")
         if len(dtypes) == 1:
             self.dtype.disabled = True
             self.dtype.tooltip = f"the compiler generates {dtypes[0]} kernels"
@@ -275,8 +288,8 @@ class Explorer(widgets.VBox):
             self.error_box,
             widgets.HBox([self.target, self.strategy, self.block_size,
                           self.elements_per_thread, self.grid, self.outputs, self.dtype,
-                          self.fast_math, self.tile_layout, self.short_tile, self.chip,
-                          self.reverse],
+                          self.fast_math, self.tile_layout, self.short_tile,
+                          self.lookback_layout, self.chip, self.reverse],
                          layout=widgets.Layout(flex_flow="row wrap")),
             self.kept,
             self.times.widget,
@@ -289,7 +302,7 @@ class Explorer(widgets.VBox):
         self.compile_button.on_click(lambda _b: self.recompile())
         for control in (self.target, self.strategy, self.block_size, self.elements_per_thread,
                         self.grid, self.outputs, self.dtype, self.fast_math, self.tile_layout,
-                        self.short_tile, self.chip, self.reverse):
+                        self.short_tile, self.lookback_layout, self.chip, self.reverse):
             control.observe(lambda _c: self.recompile(), names="value")
         self.tabs.observe(lambda _c: self._show_selected(), names="selected_index")
         if given is not None:
@@ -315,6 +328,9 @@ class Explorer(widgets.VBox):
             "tile_layout": "auto" if self.tile_layout.disabled else self.tile_layout.value,
             # a short kernel is a tree plan's: for the sequential plan the box is off
             "short_tile": "auto" if self.short_tile.disabled else self.short_tile.value,
+            # a look-back kernel is a tree plan's: for the sequential plan the box is off
+            "lookback_layout": ("auto" if self.lookback_layout.disabled
+                                else self.lookback_layout.value),
             **self.kept_options,
         }
 
@@ -331,6 +347,7 @@ class Explorer(widgets.VBox):
             return self.error is None
         # the sequential plan has no grid of blocks to choose
         self.grid.disabled = self.short_tile.disabled = self.strategy.value == "sequential"
+        self.lookback_layout.disabled = self.strategy.value == "sequential"
         self.tile_layout.disabled = not layout_choice(self.target.value, self.strategy.value)
         self.status.value = "<i>compiling…</i>"
         start = time.perf_counter()

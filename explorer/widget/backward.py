@@ -35,7 +35,8 @@ class BackwardToggle:
         self.formulas.add_class("sw-backward-formulas")
         #: the forward's text, reverse, outputs, kept options and tiles while the backward is
         #: shown
-        self.forward: tuple[str, bool, Any, dict[str, Any], str, tuple[Any, Any], str] | None = None
+        self.forward: tuple[str, bool, Any, dict[str, Any], str, tuple[Any, Any], str,
+                            str] | None = None
         self.button.observe(self._toggled, names="value")
 
     def _toggled(self, change: dict[str, Any]) -> None:
@@ -64,7 +65,7 @@ class BackwardToggle:
         self.forward = (ex.text.value, bool(ex.reverse.value), ex.outputs.value,
                         dict(ex.kept_options), ex.tile_layout.value,
                         (ex.block_size.value, ex.elements_per_thread.value),
-                        ex.short_tile.value)
+                        ex.short_tile.value, ex.lookback_layout.value)
         from explorer.widget.controls import kept_html
 
         kept = {k: v for k, v in ex.kept_options.items() if k != "read_offsets"}
@@ -89,6 +90,7 @@ class BackwardToggle:
             ex.reverse.value = True
             ex.outputs.value = "all"
             ex.short_tile.value = "auto"   # the adjoint's plan chooses (a lane sum takes none)
+            ex.lookback_layout.value = "auto"   # and its look-back layout (read offsets stage)
             if "tile_layout" in chosen:
                 ex.tile_layout.value = chosen["tile_layout"]
                 ex.block_size.value = chosen.get("block_size", ex.block_size.value)
@@ -107,7 +109,7 @@ class BackwardToggle:
             return ex.recompile()
         from explorer.widget.controls import kept_html
 
-        text, reverse, outputs, kept, tiles, (block, elements), short = self.forward
+        text, reverse, outputs, kept, tiles, (block, elements), short, look = self.forward
         self.forward = None
         self.formulas.value = ""
         ex.kept_options = kept
@@ -119,5 +121,6 @@ class BackwardToggle:
             ex.block_size.value = block
             ex.elements_per_thread.value = elements
             ex.short_tile.value = short
+            ex.lookback_layout.value = look
             ex.text.value = text
         return ex.recompile()

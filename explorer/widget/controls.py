@@ -73,7 +73,7 @@ def error_html(err: BaseException) -> str:
 #: the compile options the options row has a control for
 CONTROLLED = frozenset({"target", "strategy", "block_size", "elements_per_thread", "chip",
                         "dtype", "reverse", "grid", "outputs", "fast_math", "tile_layout",
-                        "short_tile"})
+                        "short_tile", "lookback_layout"})
 #: the fast-math box: (label, value of the option ``fast_math``)
 FAST_MATH_CHOICES = (("FMA contraction (nvcc's default)", "contract"),
                      ("fast: approximate exp, log, division", "fast"),
@@ -81,6 +81,10 @@ FAST_MATH_CHOICES = (("FMA contraction (nvcc's default)", "contract"),
 #: the tiles box: (label, value of the option ``tile_layout``)
 TILE_LAYOUT_CHOICES = (("auto", "auto"), ("staged (shared memory)", "staged"),
                        ("direct (registers)", "direct"))
+#: the look-back tiles box: (label, value of the option ``lookback_layout``)
+LOOKBACK_LAYOUT_CHOICES = (("auto", "auto"), ("staged (float32 scalars)", "staged"),
+                           ("packed (as loaded, 16-byte vectors)", "packed"),
+                           ("direct (registers)", "direct"))
 #: the short-kernel box: (label, value of the option ``short_tile``)
 SHORT_TILE_CHOICES = (("auto", "auto"), ("off", "none"), ("32 x 16", "32x16"),
                       ("32 x 8", "32x8"), ("64 x 16", "64x16"), ("64 x 8", "64x8"))

@@ -14,6 +14,7 @@ pytest.importorskip("mlir", reason="compiling needs the MLIR Python bindings")
 import explorer as ex  # noqa: E402
 from explorer.adjoint_options import ADJOINT_TILE  # noqa: E402
 from explorer.widget import Explorer  # noqa: E402
+from explorer.widget.controls import LOOKBACK_LAYOUT_CHOICES  # noqa: E402
 
 AFFINE = ex.PRESETS["affine scan"]
 
@@ -703,6 +704,53 @@ def test_the_short_kernel_box_switches_the_short_kernel_off_and_on() -> None:
     assert summed.short_tile.value == "auto"
     summed.backward.button.value = False
     assert summed.short_tile.value == "none" and summed.error is None
+
+
+def test_the_lookback_tiles_box_sets_the_lookback_kernels_layout_alone() -> None:
+    """The look-back tiles box sets ``lookback_layout`` (``scan.lookback {layout}`` in the
+    plan's IR, a packed stage's 16-byte shared loads in the PTX), the plain kernel's layout
+    left as it was; off for the sequential plan; a record's choice shows in it; the backward
+    takes its own and gives the forward's back."""
+    from explorer.codegen.options import LOOKBACK_LAYOUTS, validate
+
+    assert sorted(v for _, v in LOOKBACK_LAYOUT_CHOICES) == sorted(LOOKBACK_LAYOUTS)
+    widget = Explorer(AFFINE, target="cuda", dtype="bfloat16")
+    assert widget.error is None, widget.error_box.value
+    for _, value in widget.lookback_layout.options:
+        validate("blelloch", lookback_layout=value)
+
+    def lookback_ptx() -> str:
+        ptx = widget.compiled.ptx
+        return ptx[ptx.index(".entry scanweaver_blelloch_lookback"):]
+    assert widget.compiled.scan_plan.lookback.layout == "packed"
+    assert "ld.shared.v4" in lookback_ptx()
+    widget.lookback_layout.value = "staged"
+    assert widget.error is None, widget.error_box.value
+    plan = widget.compiled.scan_plan
+    assert (plan.lookback.layout, plan.layout) == ("staged", "direct")
+    assert 'layout = "staged", threads = 256' in widget.compiled.stages["scan-plan"].text
+    assert "ld.shared.v4" not in lookback_ptx()
+    widget.tabs.selected_index = 2
+    assert "tiles staged" in widget.tree_view.info.value
+    # the CPU target has no direct layout: the compile says so in the error box
+    widget.target.value = "cpu"
+    widget.lookback_layout.value = "direct"
+    assert widget.error is not None and "GPU&#x27;s threads" in widget.error_box.value
+    widget.lookback_layout.value = "packed"
+    assert widget.error is None and widget.compiled.scan_plan.lookback.layout == "packed"
+    widget.strategy.value = "sequential"
+    assert widget.lookback_layout.disabled and widget.error is None, widget.error_box.value
+    assert widget.options()["lookback_layout"] == "auto"
+    shown = Explorer(ex.compile(AFFINE, target="cuda", dtype="bfloat16",
+                                lookback_layout="staged"))
+    assert shown.lookback_layout.value == "staged" and shown.kept_options == {}
+    # the backward of a scalar state reads its arrays in place (no packed tile): auto there,
+    # and the forward's box comes back after it
+    shown.backward.button.value = True
+    assert shown.error is None, shown.error_box.value
+    assert shown.lookback_layout.value == "auto"
+    shown.backward.button.value = False
+    assert shown.lookback_layout.value == "staged" and shown.error is None
 
 
 def test_the_backward_toggle_shows_the_adjoint_and_gives_the_forward_back() -> None:
