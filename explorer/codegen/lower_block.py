@@ -131,8 +131,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
 
     ``packed`` (a look-back tile, ``single_tile``): the stage holds the inputs as they are in
     memory and each thread reads its own positions back in 16-byte vectors
-    (:mod:`explorer.codegen.packed`); the outputs then go through ``out_stage``, float32
-    buffers of their own.
+    (:mod:`explorer.codegen.packed`); the outputs then go through ``out_stage``, buffers of
+    their own (packed too where they are stored in the inputs' dtype, else float32 scalars).
 
     ``element(inputs, t)`` builds the element at scan position ``t`` from its staged inputs.
     ``last_state(t, state)``, when given (``"inclusive"``), is called with the state after every
