@@ -26,7 +26,7 @@ from explorer.codegen.lower_warp import (
     warp_tree,
     warp_tree_host,
 )
-from explorer.codegen.packed import Packing
+from explorer.codegen.packed import Packing, packs_outputs
 from explorer.codegen.threads import (
     WARP,
     Threads,
@@ -163,9 +163,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     packing = Packing(gen.options.dtype, E, VL) if packed else None
     assert not packed or (single_tile and not direct and not extra and out_stage), "packed"
     ostage = list(out_stage) if packed else list(stage)
-    # the outputs packed too where they are stored in the inputs' dtype
-    out_packing = (Packing(gen.options.dtype, E, VL)
-                   if packed and gen.options.output_dtype == gen.options.dtype else None)
+    out_packing = packing if packs_outputs(gen.options) else None
 
     def slots(tid: Value, W: int) -> list[Value]:
         return tile_slots(tid, E, bs, W, direct)

@@ -28,6 +28,7 @@ the inputs' dtype (``out_dtype`` unset); as float32 scalars (the staged tile's) 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mlir.dialects import arith, vector
 from mlir.ir import IntegerAttr, IntegerType, Value, VectorType
@@ -41,6 +42,12 @@ from explorer.errors import CompileError
 VECTOR_BYTES = 16
 #: 16-byte groups of one phase of a warp's shared-memory accesses (128 bytes, 32 banks)
 PHASE_VECTORS = 8
+
+
+def packs_outputs(options: Any) -> bool:
+    """Whether a packed tile packs its outputs too: they are stored in the inputs' dtype (no
+    ``out_dtype`` of their own); otherwise they leave through float32 scalars."""
+    return bool(options.output_dtype == options.dtype)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from explorer.codegen.hoist import ChannelSplit, split_channel
 from explorer.codegen.lower_grid import blelloch_shapes
 from explorer.codegen.lower_sequential import seq_layout
 from explorer.codegen.options import ELEMENT_BYTES, Options
+from explorer.codegen.packed import packs_outputs
 
 
 def lane_loop_split(form: Any, plan: Any) -> ChannelSplit | None:
@@ -71,8 +72,7 @@ def shared_arrays(form: Any, options: Options, role: str, plan: Any) -> list[int
     if look is not None and packed_lookback(plan):   # the inputs' bytes, unpadded
         nin = len(scan_io(form, plan.stored, plan.lane_sum).inputs)
         words = look.threads * look.elements * ELEMENT_BYTES[options.dtype] // 4
-        # the outputs packed too where stored in the inputs' dtype, float32 scalars otherwise
-        outs = words if options.output_dtype == options.dtype else shapes.stage
+        outs = words if packs_outputs(options) else shapes.stage
         sizes = [words] * nin + [outs] * (count - nin)
     sizes += [shapes.agg] * Algebra(form.A).width
     split = lane_loop_split(form, plan) if role == "scan" else None
