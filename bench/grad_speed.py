@@ -312,11 +312,15 @@ def record_op(records: Path, text: str) -> Any:
     from explorer.compiler import load_compiled
     from explorer.torch_op import torch_op
 
-    fwd, adj = json.loads((records / "index.json").read_text())[text]
+    fwd, adj, *kernel = json.loads((records / "index.json").read_text())[text]
     adjoint = load_compiled(records / adj)
     # records of --lane-gradients hold the adjoint with the lane gradients
     lane = adjoint.recurrence.text != ex.grad(text).text
-    return torch_op(load_compiled(records / fwd), adjoint=adjoint, lane_gradients=lane)
+    forward = load_compiled(records / fwd)
+    op = torch_op(forward, adjoint=adjoint, lane_gradients=lane)
+    for k in kernel:   # the fused backward kernel
+        torch_op(forward, adjoint=load_compiled(records / k), lane_gradients=lane)
+    return op
 
 
 class AffineProblem(Problem):
@@ -689,6 +693,12 @@ def build(folder: Path, variant: str = "blelloch", lane_gradients: bool = False)
         ex.grad(text, lane_gradients).compile(target="cuda", strategy=strategy, **options).dump(
             folder / f"{i}-adj.json.gz")
         index[text] = [f"{i}-fwd.json.gz", f"{i}-adj.json.gz"]
+        if ex.compile(text, target="cpu").form.kind == "diagonal" and not lane_gradients:
+            # the fused backward kernel, the op's default backward of the selective scan
+            fast = {k: v for k, v in options.items() if k == "fast_math"}
+            ex.compile(text, target="cuda", strategy=strategy, backward=True, **fast).dump(
+                folder / f"{i}-bwk.json.gz")
+            index[text].append(f"{i}-bwk.json.gz")
     (folder / "index.json").write_text(json.dumps(index, indent=1))
     print(f"wrote {len(index)} forward and adjoint records to {folder}")
 

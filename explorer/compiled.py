@@ -127,6 +127,8 @@ class Compiled:
         in the recurrence's order, then the last states (``h_last``): what a call returns.
         Read from the kernel contract."""
         out = [a for k in self.kernels for a in k["args"] if a["role"] == "output"]
+        if self.options.get("backward"):   # the fused backward: the gradients it writes
+            return tuple(dict.fromkeys(a["name"] for a in out))
         written = {a["name"] for a in out}
         lasts = dict.fromkeys(a["name"] for a in out if not a.get("timed", True))
         return tuple(o for o in self.form.outputs if o in written) + tuple(lasts)
@@ -211,10 +213,16 @@ class Compiled:
             "kernels": [dict(k, ptx="kernel.ptx") for k in self.kernels],
             "outputs": list(self.outputs),
             "vector": self.form.vector,
-            "lane_outputs": [o for o in self.outputs if self.form.output_is_lane(o)],
+            "lane_outputs": self._lane_outputs(),
             "versions": {"explorer": __version__, **tool_versions()},
             "key": self.key,
         }
+
+    def _lane_outputs(self) -> list[str]:
+        if self.options.get("backward"):
+            return [a["name"] for k in self.kernels for a in k["args"]
+                    if a["role"] == "output" and a["lane"] and a["timed"]]
+        return [o for o in self.outputs if self.form.output_is_lane(o)]
 
     def dump(self, path: str | os.PathLike[str]) -> Path:
         """Write every recorded stage, pass and kernel to one JSON file (gzip-compressed when

@@ -45,11 +45,19 @@ def _encode(c: Compiled) -> bytes:
                    if s.name not in {p.name for p in c.passes}],
         # a pass that changed nothing keeps no copy of the IR (null: as the pass before)
         "passes": [dict(asdict(p), ir=p.ir if p.changed else None) for p in c.passes],
-        "kernels": c.kernels, "plan": asdict(c.scan_plan), "ptx_info": c.ptx_info,
+        "kernels": c.kernels, "plan": _plan_dict(c), "ptx_info": c.ptx_info,
     }).encode()
     header = json.dumps({"format": _FORMAT, "key": c.key,
                          "sha256": hashlib.sha256(payload).hexdigest()}).encode()
     return header + b"\n" + payload
+
+
+def _plan_dict(c: Compiled) -> dict[str, Any]:
+    """The plan as the record keeps it (the fused backward's: its tile; its terms are derived
+    again from the recurrence when read)."""
+    if c.options.get("backward"):
+        return {"backward": [c.scan_plan.threads, c.scan_plan.elements]}
+    return asdict(c.scan_plan)
 
 
 def _decode(raw: bytes, rec: Recurrence | None = None, key: str | None = None) -> Compiled:
@@ -139,6 +147,14 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     ptx = stages["ptx"].text if "ptx" in stages else None
     llvm_ir = stages["llvm"].text
     ptx_info = typed(payload["ptx_info"], (dict, type(None)), "ptx_info")
+    if checked["backward"]:   # the fused backward: its terms derived again, its tile read
+        from explorer.passes.backward import backward_plan_from_dict
+        from explorer.passes.plans import make_plan
+
+        bplan = backward_plan_from_dict(payload["plan"], form, kernels)
+        return Compiled(rec, form, make_plan("warp_shuffle", bplan.threads), strategy, target,
+                        checked, stages, passes, kernels, "", ptx, llvm_ir, ptx_info, key,
+                        from_cache=True, trusted=False, scan_plan=bplan)
     from explorer.passes.plan import plan_from_dict
 
     plan = plan_from_dict(payload["plan"])

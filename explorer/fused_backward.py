@@ -31,7 +31,9 @@ the second call of a signature (a training loop repeats its shapes; a backward r
 pay seconds of compilation to save milliseconds), and replays the traced backward of the other
 recurrences on those tensors from the second call; ``"always"`` fuses from the first call, for
 any recurrence on any device; ``"traced"`` replays from the first call, on any device;
-``"never"`` runs the eager formulas.  Measured in one run on an H100
+``"never"`` runs the eager formulas; ``"kernel"`` runs the fused backward kernel of
+``compile(text, backward=True)`` where it applies (:mod:`explorer.backward_kernel`), the eager
+formulas elsewhere.  Measured in one run on an H100
 (``bench/grad_speed.py``, methods ``ours`` and ``ours-unfused``): the selective scan's backward
 1.90x faster at 8 x 1536 x 16 x 2^11 (20.4 -> 10.8 ms) and 1.34x at 2 x 512 x 16 x 2^10; the
 affine scan's (two elementwise operations around the adjoint, bound by host time) within 5%
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: the values of ``RecurrenceOp.fuse_backward``
-POLICIES = ("auto", "always", "traced", "never")
+POLICIES = ("auto", "always", "traced", "never", "kernel")
 #: compiled signatures kept per operator (least recently used dropped)
 KEPT = 8
 
@@ -99,7 +101,9 @@ class FusedBackward:
         """The gradients of ``needed`` (what :meth:`RecurrenceOp.gradients` returns), fused
         where the policy says so."""
         policy = self.op.fuse_backward
-        if policy == "never":
+        if policy in ("never", "kernel"):
+            # "kernel": the fused backward kernel computes every gradient itself where it
+            # applies (explorer.backward_kernel), the eager formulas elsewhere
             return self.op.gradients(arrays, states, cotangents, needed)
         traced = policy == "traced" or (policy == "auto" and not self.op.specs.rec.vector)
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from explorer import backward_kernel
 from explorer.adjoint_options import ADJOINT_TILE, chosen_tile
 from explorer.autodiff import Backward, grad
 from explorer.fused_backward import FusedBackward, check_policy
@@ -110,6 +111,14 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
         if op is None:
             op = RecurrenceOp(compiled, bool(lane_gradients))
             _OPS[(compiled.key, bool(lane_gradients))] = op
+    if adjoint is not None and adjoint.options.get("backward"):
+        # the fused backward kernel (compile(text, backward=True)) of this recurrence
+        if adjoint.recurrence.text != op.compiled.recurrence.text:
+            raise ValueError("adjoint= is a backward kernel of another recurrence "
+                             f"({adjoint.recurrence.text!r})")
+        with op._compile_lock:
+            op._compiles[("backward", "cuda")] = adjoint
+        adjoint = None
     if adjoint is not None:
         if adjoint.recurrence.text != op.backward.text or not adjoint.options.get("reverse"):
             raise ValueError("adjoint= is not the reverse compile of this recurrence's adjoint "
@@ -141,6 +150,7 @@ class RecurrenceOp:
         import torch
 
         self.compiled = _storing_every_output(compiled)
+        self.lane_gradients = lane_gradients
         rec = compiled.recurrence
         self.backward: Backward = grad(rec, lane_gradients)
         self.reverse = bool(compiled.options.get("reverse", False))
@@ -150,6 +160,7 @@ class RecurrenceOp:
         self._compile_lock = threading.Lock()
         self.ops = TorchOps()
         self._fuse_backward = "auto"
+        self._no_kernel = False
         self.fused = FusedBackward(self)
         key = compiled.key + ("_lane" if lane_gradients else "")
         forward = _Runner(self.specs, self.reverse, self._forward_for)
@@ -247,6 +258,24 @@ class RecurrenceOp:
         return self._cached(("adjoint", target), lambda: self.backward.compile(
             target=target, strategy=self.compiled.strategy, **self._options()))
 
+    def _backward_kernel(self) -> Compiled | None:
+        """The fused backward kernel (None where it cannot be compiled here: the backward
+        then runs the adjoint and its formulas, with one warning)."""
+        if self._no_kernel:
+            return None
+        try:
+            fast = self.compiled.options.get("fast_math") or "contract"
+            return self._cached(("backward", "cuda"), lambda: _compile(
+                self.compiled.recurrence, "cuda", self.compiled.strategy, backward=True,
+                fast_math=fast))
+        except Exception as err:   # no MLIR here, a pass that failed: said once
+            import warnings
+
+            self._no_kernel = True
+            warnings.warn(f"the fused backward kernel could not be compiled ({err}); the "
+                          "backward runs the adjoint scan and its formulas", stacklevel=2)
+            return None
+
     def _cached(self, key: tuple[str, str], make: Callable[[], Compiled]) -> Compiled:
         with self._compile_lock:
             hit = self._compiles.get(key)
@@ -301,6 +330,11 @@ class RecurrenceOp:
                   cotangents: dict[str, Any], needed: set[str]) -> dict[str, Any]:
         """The gradients of ``needed`` (names of the forward's arguments): the adjoint scan,
         then the gradient formulas as torch operations."""
+        if backward_kernel.applies(self, arrays, states):
+            kernel = self._backward_kernel()
+            if kernel is not None:
+                return backward_kernel.gradients(self, kernel, arrays, states, cotangents,
+                                                 needed)
         dtype = next(iter(states.values())).dtype
         work = {n: (x.to(dtype) if x.dtype != dtype else x) for n, x in arrays.items()}
         cots = {o: (g.to(dtype) if g.dtype != dtype else g) for o, g in cotangents.items()}

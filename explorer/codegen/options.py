@@ -189,6 +189,9 @@ class Options:
     read_offsets: tuple[tuple[str, int], ...] = ()
     #: one of PARAM_ROWS
     param_rows: str = "auto"
+    #: the recurrence's fused backward kernel instead of its forward
+    #: (:mod:`explorer.passes.backward`)
+    backward: bool = False
     #: one of WARP_SWEEPS
     warp_sweeps: str = "auto"
     #: one of SHORT_TILES, or "<threads>x<elements>" (see SHORT_TILES)
@@ -250,7 +253,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
              "outputs", "out_dtype",
              "varlen", "vector_width", "fast_math", "tile_layout", "lookback_layout",
              "read_offsets",
-             "param_rows", "warp_sweeps", "short_tile"}
+             "param_rows", "warp_sweeps", "short_tile", "backward"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise OptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
@@ -363,6 +366,7 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                           f"warp to shuffles; strategy {strategy!r} has no such levels "
                           f"(warp_shuffle shuffles by itself)")
     short_tile = _short_tile(options.get("short_tile", defaults.short_tile), strategy)
+    backward = _backward(options, target, dtype, reverse, varlen)
     return Options(strategy=strategy, target=target, block_size=block_size,
                    elements_per_thread=ept, chunk_tiles=chunk_tiles, chip=chip, dtype=dtype,
                    opt_level=opt_level, reverse=reverse, grid=grid,
@@ -371,7 +375,22 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
                    varlen=varlen, vector_width=vector_width, fast_math=fast_math,
                    tile_layout=tile_layout, lookback_layout=lookback_layout,
                    read_offsets=_read_offsets(options.get("read_offsets", ())),
-                   param_rows=param_rows, warp_sweeps=warp_sweeps, short_tile=short_tile)
+                   param_rows=param_rows, warp_sweeps=warp_sweeps, short_tile=short_tile,
+                   backward=backward)
+
+
+def _backward(options: dict[str, Any], target: str, dtype: str, reverse: bool,
+              varlen: bool) -> bool:
+    """``backward`` checked: a float32 GPU compile of a forward scan."""
+    value = options.get("backward", False)
+    if not isinstance(value, bool):
+        raise OptionError(f"backward must be True or False, got {value!r:.40}")
+    if value and (target != "cuda" or dtype != "float32" or reverse or varlen
+                  or options.get("read_offsets")):
+        raise OptionError("backward=True compiles the fused backward of a forward scan for the "
+                          "GPU in float32: target='cuda', no reverse, varlen or read_offsets "
+                          "(on the CPU, ex.grad(rec).compile(target='cpu') is the backward)")
+    return value
 
 
 def _short_tile(value: Any, strategy: str) -> str:

@@ -31,8 +31,13 @@ class Step:
 def scan_steps(state: Any) -> list[Step]:
     """Our passes, in order: decompose the recurrence, choose the plan, lower the plan, mark
     the floating-point freedoms of its arithmetic."""
-    from explorer.passes import decompose, fastmath, lower, plan
+    from explorer.passes import backward, decompose, fastmath, lower, plan
 
+    if state.options.backward:   # the fused backward: its own plan and lowering
+        return [Step(decompose.NAME, top(decompose.NAME), decompose.make(state)),
+                Step(plan.NAME, top(plan.NAME), backward.make_plan(state)),
+                Step(lower.NAME, top(lower.NAME), backward.make_lower(state)),
+                Step(fastmath.NAME, top(fastmath.NAME), fastmath.make(state))]
     return [Step(m.NAME, top(m.NAME), m.make(state))
             for m in (decompose, plan, lower, fastmath)]
 

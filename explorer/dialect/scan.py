@@ -47,6 +47,9 @@ OPS: dict[str, tuple[str, ...]] = {
     "lane_sum": ("readouts", "scheme"),
     "segments": ("argument", "reset"),
     "read": ("input", "offset"),
+    "recompute": ("state", "saved", "every"),
+    "adjoint": ("state", "tree"),
+    "gradient": ("target", "of", "over", "expr"),
 }
 
 #: the dialect in IRDL: every attribute present, of any kind (the passes check their values)

@@ -23,8 +23,13 @@ class ScanState:
     form: Any = None          # AffineForm, after scan-decompose
     plan: Any = None          # explorer.passes.plan.Plan, after scan-plan (read from the IR)
     built: Any = None         # explorer.codegen.kernels.BuiltModule, after the lowering
+    backward_tile: Any = None  # (threads, elements) of a fused backward compile
 
     def __post_init__(self) -> None:
+        if self.options.backward:
+            from explorer.passes.backward import tile_of
+
+            self.backward_tile = tile_of(self.options)
         # the tile left open by the options is the plan's choice for this recurrence
         from explorer.passes.plan_options import resolve_tiles
 

@@ -209,7 +209,8 @@ class CudaKernel:
         #: a varlen compile: the kernels read segment marks, a call may pass ``cu_seqlens``
         self.varlen = any(a.role == "segments" for k in kernels for a in k.args)
         #: the compile stores last states (they start as a copy of the initial states)
-        self.last_states = any(not a.timed for a in outputs.values())
+        self.last_states = any(not a.timed for a in outputs.values()) and not (
+            artifact.options or {}).get("backward")   # a backward's are gradients, written whole
 
     @classmethod
     def from_artifact(cls, artifact: Artifact | str | os.PathLike[str], cast: bool = False,

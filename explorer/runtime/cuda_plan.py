@@ -244,7 +244,7 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
                 lay.buffer = torch.empty(lay.target, dtype=arrays[lay.name].dtype, device=tdev)
                 plan.owned.append(lay.buffer)
         for name, info in kernel.output_args.items():
-            shown = (*batch, N, length) if info.lane else (*batch, length)
+            shown = (*batch, *((N,) if info.lane else ()), *((length,) if info.timed else ()))
             own = tuple(int(k) for k in (sums or {}).get(name, ()))
             if own and not info.reset:
                 raise ValueError(f"{name} is not a lane readout: it cannot be summed over "

@@ -46,6 +46,17 @@ LANE_READOUT = ("h[t, n] = f[t, n] * h[t-1, n] + x[t] * B[t, n]\n"
                 "g[t, n] = C[t, n] * h[t, n] * x[t] + exp(f[t, n])")
 
 
+#: diagonal recurrences whose backward the fused kernel runs (besides the presets)
+KERNEL_ONLY = {
+    "kernel-sigmoid-gate": "h[t, n] = sigmoid(f[t, n]) * h[t-1, n] + x[t] * B[t, n]\n"
+                           "y[t] = sum(C[t, n] * h[t, n]) * x[t]",
+    "kernel-two-readouts": "h[t, n] = exp(-softplus(u[t]) * A[n] * A[n]) * h[t-1, n]"
+                           " + B[t, n] * x[t]\n"
+                           "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]\n"
+                           "z[t] = sum(h[t, n]) * u[t]",
+}
+
+
 def _cases() -> list[tuple[str, str, dict[str, Any]]]:
     import explorer as ex
 
@@ -65,11 +76,21 @@ def _cases() -> list[tuple[str, str, dict[str, Any]]]:
         ("mamba-lane", ex.PRESETS["Mamba selective scan"], LANE),
         ("lane-readout-lane", LANE_READOUT, LANE),
     ]
+    out += [(name, text, DEFAULT) for name, text in KERNEL_ONLY.items()]
     return out
 
 
 def _key(text: str, options: dict[str, Any]) -> str:
     return json.dumps({"text": text, "options": options}, sort_keys=True)
+
+
+def kernel_applies(text: str) -> bool:
+    """Whether the fused backward kernel takes ``text``."""
+    from explorer.frontend.recurrence import Recurrence
+    from explorer.passes.affine import decompose
+    from explorer.passes.fused_adjoint import supported
+
+    return supported(decompose(Recurrence.parse(text))) is None
 
 
 def build(folder: Path) -> None:
@@ -88,6 +109,11 @@ def build(folder: Path) -> None:
         fwd.dump(folder / f"{i}-forward.json.gz")
         bwd.dump(folder / f"{i}-adjoint.json.gz")
         index[_key(text, options)] = [f"{i}-forward.json.gz", f"{i}-adjoint.json.gz"]
+        if kernel_applies(text) and not lane:
+            # the fused backward kernel, which the op runs for these by default
+            ex.compile(text, target="cuda", strategy=strategy, backward=True).dump(
+                folder / f"{i}-backward.json.gz")
+            index[_key(text, options)].append(f"{i}-backward.json.gz")
         print(f"built {name}")
     (folder / "index.json").write_text(json.dumps(index, indent=1))
 
@@ -139,11 +165,14 @@ def _op(text: str, options: dict[str, Any]) -> Any:
 
     index = json.loads((RECORDS / "index.json").read_text())
     try:
-        fwd, bwd = index[_key(text, options)]
+        fwd, bwd, *kernel = index[_key(text, options)]
     except KeyError:
         pytest.skip("no record of this compile: rebuild the records")
-    return torch_op(load_compiled(RECORDS / fwd), adjoint=load_compiled(RECORDS / bwd),
-                    lane_gradients=lane)
+    forward = load_compiled(RECORDS / fwd)
+    op = torch_op(forward, adjoint=load_compiled(RECORDS / bwd), lane_gradients=lane)
+    for k in kernel:   # the fused backward kernel
+        torch_op(forward, adjoint=load_compiled(RECORDS / k), lane_gradients=lane)
+    return op
 
 
 def _cuda_grads(op: Any, rec: Recurrence, arrays: dict[str, np.ndarray],
@@ -396,3 +425,47 @@ def test_launch_plans_refuse_what_prepare_refuses():
         kernel.launch_torch(a=a, b=a, c=a)                                # unknown name
     with pytest.raises(ex.RecurrenceError):
         kernel.launch_torch(a=a, b=a.double())                            # float64, no cast
+
+
+KERNEL_CASES = [c for c in CASES if c[2] == DEFAULT and kernel_applies(c[1])]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("length", [37, 300, 4500])
+@pytest.mark.parametrize("case_id, text, options", KERNEL_CASES,
+                         ids=[c[0] for c in KERNEL_CASES])
+def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options: dict[str, Any],
+                                                length: int, monkeypatch: Any):
+    """The fused backward kernel (``fuse_backward="kernel"``): every gradient, the
+    initial states' included, against torch autograd through the float64 loop; one tile, one
+    ragged tile, three tiles (the states recomputed from the saved ones), B and C shared by
+    the channels of a batch row where the recurrence has them; the adjoint scan never runs."""
+    from explorer.torch_runner import Runner
+
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=length)
+    for name in ("B", "C"):
+        if name in arrays:
+            arrays[name] = np.ascontiguousarray(arrays[name][:, :1])
+    cot, ref = _reference_grads(rec, arrays, h0)
+    op = _op(text, options)
+    calls: list[int] = []
+    runner_call = Runner.__call__
+
+    def counted(self: Any, *args: Any) -> Any:
+        if self is op.adjoint_runner:
+            calls.append(1)
+        return runner_call(self, *args)
+    monkeypatch.setattr(Runner, "__call__", counted)
+    policy = op.fuse_backward
+    try:
+        op.fuse_backward = "kernel"
+        ours = _cuda_grads(op, rec, arrays, h0, cot)
+    finally:
+        op.fuse_backward = policy
+    assert not calls and ("backward", "cuda") in op._compiles
+    errors = {k: _rel(ours[k], ref[k]) for k in ref}
+    assert max(errors.values()) < (KERNEL_TOL if length < 1000 else LONG_TOL), errors
+    assert {k: tuple(v.shape) for k, v in ours.items()} == {
+        k: tuple(v.shape) for k, v in {**arrays, **h0}.items()}
+

@@ -1,0 +1,157 @@
+"""Passes ``scan-plan`` and ``scan-lower`` of a fused backward compile (``backward=True``).
+
+``scan-plan`` writes the backward's plan after ``scan.affine``: ``scan.thread`` and
+``scan.block`` (the tile: each thread its own consecutive steps, the warps' trees by shuffles),
+``scan.recompute`` (the forward's states recomputed tile by tile from the saved ones),
+``scan.adjoint`` (the adjoint scanned backwards, a suffix tree: ``gpu.shuffle down``) and one
+``scan.gradient`` per gradient (its term and where it is reduced). ``scan-lower`` reads them
+back, checks them against the terms it derives from the recurrence (a plan edited to other
+terms is refused: the kernel computes what the plan says or nothing) and emits the kernel
+(:mod:`explorer.codegen.lower_fused`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from explorer.dialect import scan
+from explorer.errors import CompileError, OptionError
+from explorer.passes.fused_adjoint import BACKWARD_TILE, FusedAdjoint, derive
+from explorer.passes.state import ScanState
+
+#: the threads of a block the kernel takes: whole warps, at most 32 of them
+MAX_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class BackwardPlan:
+    """What the backward's plan says (read from its ops)."""
+
+    threads: int
+    elements: int
+    adjoint: FusedAdjoint
+
+    @property
+    def tile(self) -> int:
+        return self.threads * self.elements
+
+    def text(self) -> str:
+        return (f"the fused backward: one block a channel, {self.threads} threads x "
+                f"{self.elements} steps (tiles of {self.tile} steps, the last first); "
+                "per tile and lane the forward's states are recomputed from the saved state "
+                "before the tile, then the adjoint is scanned back (a suffix scan: shuffles "
+                "down), and every gradient reduced in the kernel\n\n" + self.adjoint.text())
+
+
+def tile_of(options: Any) -> tuple[int, int]:
+    """The backward's tile: ``block_size`` x ``elements_per_thread`` where given, else
+    :data:`BACKWARD_TILE`."""
+    bs, e = options.block_size, options.elements_per_thread
+    threads = BACKWARD_TILE[0] if bs == "auto" else int(bs)
+    elements = BACKWARD_TILE[1] if e == "auto" else int(e)
+    check_tile(threads, elements)
+    return threads, elements
+
+
+def check_tile(threads: int, elements: int) -> None:
+    if threads % 32 or not 32 <= threads <= MAX_THREADS:
+        raise OptionError(f"the fused backward takes whole warps a block (32 to {MAX_THREADS} "
+                          f"threads, a multiple of 32), not {threads}")
+    if elements % 4 or not 4 <= elements <= 32:
+        raise OptionError(f"the fused backward takes 4 to 32 steps a thread, a multiple of 4 "
+                          f"(its 16-byte loads), not {elements}")
+
+
+def make_plan(state: ScanState) -> Any:
+    def run(module_op: Any, pass_: Any) -> None:
+        from mlir.ir import InsertionPoint
+
+        affine = scan.ops(module_op, "affine")
+        if len(affine) != 1 or state.form is None:
+            raise ValueError("scan-plan runs after scan-decompose (one scan.affine)")
+        fa = derive(state.form)
+        threads, elements = state.backward_tile
+        last = scan.ops(module_op)[-1]
+        with InsertionPoint.after(last), affine[0].location:
+            scan.create("thread", {"elements": elements, "vector_width": 4,
+                                   "layout": "direct"})
+            scan.create("block", {"threads": threads, "tree": "warp_shuffle"})
+            for s in (1, 2, 4, 8, 16):
+                scan.create("sweep", {"phase": "shuffle", "stride": s, "active": threads,
+                                      "via": "shuffle"})
+            if threads > 32:
+                scan.create("sweep", {"phase": "warps", "stride": 32, "active": threads,
+                                      "via": "shared"})
+            scan.create("recompute", {"state": fa.state, "saved": fa.saved,
+                                      "every": threads * elements})
+            scan.create("adjoint", {"state": f"lam_{fa.state}", "tree": "suffix"})
+            for g in fa.gradients:
+                scan.create("gradient", {"target": g.target, "of": g.of, "over": g.over,
+                                         "expr": g.expr()})
+        state.plan = read_plan(module_op, fa)
+    return run
+
+
+def read_plan(module_op: Any, fa: FusedAdjoint) -> BackwardPlan:
+    """The plan in the IR, checked against the terms derived here."""
+    def one(name: str) -> dict[str, Any]:
+        found = scan.ops(module_op, name)
+        if len(found) != 1:
+            raise CompileError(f"the backward's plan needs one scan.{name}, it has "
+                               f"{len(found)}")
+        return scan.attrs(found[0])
+    thread, block, rec = one("thread"), one("block"), one("recompute")
+    threads, elements = int(block["threads"]), int(thread["elements"])
+    try:
+        check_tile(threads, elements)
+    except OptionError as err:
+        raise CompileError(f"the plan's tile: {err}") from None
+    if int(rec["every"]) != threads * elements or rec["saved"] != fa.saved:
+        raise CompileError(f"the plan recomputes every {rec['every']} steps from "
+                           f"{rec['saved']!r}; the lowering recomputes a tile of "
+                           f"{threads * elements} steps from {fa.saved!r}")
+    if one("adjoint")["tree"] != "suffix":
+        raise CompileError("the backward's adjoint is lowered as a suffix tree only")
+    got = [(a["target"], a["of"], a["over"], a["expr"])
+           for a in map(scan.attrs, scan.ops(module_op, "gradient"))]
+    want = [(g.target, g.of, g.over, g.expr()) for g in fa.gradients]
+    if got != want:
+        raise CompileError("the plan's scan.gradient ops are not the gradients the lowering "
+                           f"derives for this recurrence: {got} against {want}")
+    return BackwardPlan(threads, elements, fa)
+
+
+def make_lower(state: ScanState) -> Any:
+    def run(module_op: Any, pass_: Any) -> None:
+        from explorer.codegen.lower_fused import build
+        from explorer.passes.lower import term_locations
+
+        if state.form is None:
+            raise ValueError("scan-lower runs after scan-decompose and scan-plan")
+        plan = read_plan(module_op, derive(state.form))
+        state.plan = plan
+        state.built = build(module_op, plan.adjoint, plan.threads, plan.elements,
+                            term_locations(state.recurrence))
+        scan.erase(scan.ops(module_op))
+    return run
+
+
+def backward_plan_from_dict(raw: Any, form: Any, kernels: list[dict[str, Any]]) -> BackwardPlan:
+    """A record's backward plan (``{"backward": [threads, elements]}``), checked against its
+    kernel's block; the terms derived from the recurrence again (ValueError if malformed)."""
+    tile = raw.get("backward") if isinstance(raw, dict) else None
+    if not (isinstance(tile, list) and len(tile) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in tile)):
+        raise ValueError("the record's backward plan is malformed")
+    try:
+        check_tile(*tile)
+        fa = derive(form)
+    except OptionError as err:
+        raise ValueError(f"the record's backward plan: {err}") from None
+    blocks = [k.get("block") for k in kernels]
+    if blocks != [[tile[0], 1, 1]]:
+        raise ValueError(f"the record's backward plan ({tile[0]} threads) disagrees with its "
+                         f"kernels' blocks {blocks}")
+    return BackwardPlan(tile[0], tile[1], fa)
+

@@ -1,0 +1,188 @@
+"""The fused backward (``compile(text, backward=True)``): its derived terms, its algorithm (the
+NumPy model of the kernel: tiles from the last, states recomputed from the saved ones, the
+adjoint as a suffix scan of ``mu``) against torch autograd through a float64 loop, its plan in
+the IR and in a record, and what it refuses. The kernel itself runs in
+``tests/gpu/test_autodiff_gpu.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import explorer as ex
+from explorer.errors import CompileError, OptionError
+from explorer.frontend.recurrence import Recurrence
+from explorer.passes.affine import decompose
+from explorer.passes.fused_adjoint import derive, run_model, supported
+from tests.unit.test_autodiff import _inputs, _reference_grads, _rel
+
+#: diagonal recurrences the fused backward takes (the GPU tests' KERNEL_ONLY besides presets)
+TEXTS = {
+    "selective scan": ex.PRESETS["selective scan"],
+    "Mamba selective scan": ex.PRESETS["Mamba selective scan"],
+    "sigmoid gate": "h[t, n] = sigmoid(f[t, n]) * h[t-1, n] + x[t] * B[t, n]\n"
+                    "y[t] = sum(C[t, n] * h[t, n]) * x[t]",
+    "two readouts": "h[t, n] = exp(-softplus(u[t]) * A[n] * A[n]) * h[t-1, n] + B[t, n] * x[t]\n"
+                    "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]\n"
+                    "z[t] = sum(h[t, n]) * u[t]",
+}
+
+
+def _canonical(rec: Recurrence, arrays: dict[str, np.ndarray], C: int, N: int
+               ) -> dict[str, np.ndarray]:
+    """Batch (2, 3) flattened to C channels; parameters given for the first batch axis as 1
+    broadcast to every channel."""
+    lanes = rec.lane_names
+    out = {}
+    for name, v in arrays.items():
+        if name in rec.params or name.endswith("0"):
+            shape = (2, 3, N) if name in lanes or name.endswith("0") else (2, 3)
+            out[name] = np.broadcast_to(v, shape).reshape(C, -1 if shape[-1] == N else 1)
+            out[name] = out[name][:, 0] if shape[-1] != N else out[name]
+        else:
+            shape = (2, 3, N, v.shape[-1]) if name in lanes else (2, 3, v.shape[-1])
+            out[name] = np.broadcast_to(v, shape).reshape(C, *shape[2:])
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("name", list(TEXTS))
+@pytest.mark.parametrize("tile", [8, 64])
+def test_the_kernels_algorithm_gives_torch_autograds_gradients(name: str, tile: int):
+    """Tiles of 8 steps (five, the last ragged) and of 64 (one): every gradient, the initial
+    state's and the parameters' (summed over the channels that share them) included."""
+    text = TEXTS[name]
+    rec = Recurrence.parse(text)
+    fa = derive(decompose(rec))
+    arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=37)
+    cot, ref = _reference_grads(rec, arrays, h0)
+    C, N = 6, 4
+    given = _canonical(rec, {**arrays, **h0}, C, N)
+    f = ex.compile(text, target="cpu", outputs="all").torch()
+    out = f(**{k: torch.tensor(v, dtype=torch.float64) for k, v in {**arrays, **h0}.items()})
+    saved = out[fa.state].detach().numpy().reshape(C, N, -1)
+    cots = {o: np.broadcast_to(np.asarray(g, dtype=np.float64), out[o].shape).reshape(
+        (C, N, -1) if o in rec.states else (C, -1)) for o, g in cot.items()}
+    got = run_model(fa, given, saved, cots, T=tile)
+    for g in fa.gradients:
+        want = np.asarray(ref[g.of])
+        mine = got[g.target]
+        if g.over in ("time", "all"):      # per channel: summed over the rows given as 1
+            mine = mine.reshape(2, 3, *mine.shape[1:]).sum(axis=0, keepdims=True)
+            mine = mine.reshape(want.shape)
+        else:
+            want = np.broadcast_to(want, (2, 3, *want.shape[2:])).reshape(mine.shape)
+        assert _rel(np.asarray(mine), np.asarray(want, dtype=np.float64)) < 1e-10, g.target
+
+
+def test_the_terms_are_the_recurrences_and_read_h_at_the_step_before():
+    fa = derive(decompose(Recurrence.parse(ex.PRESETS["selective scan"])))
+    terms = {g.target: (g.of, g.over, g.expr()) for g in fa.gradients}
+    assert terms["grad_A"] == ("A", "time", "dt*h[t-1]*lam[t]*exp(A*dt)")
+    assert terms["grad_B"][1] == "rows" and terms["grad_dt"][1] == "lanes"
+    assert terms["grad_D"][1] == "all" and terms["grad_h0"] == ("h0", "first", "mu[0]")
+    assert str(fa.inject) == "C*grad_y + grad_h"
+
+
+@pytest.mark.parametrize("text, why", [
+    ("h[t] = a[t] * h[t-1] + b[t]", "diagonal"),
+    (ex.PRESETS["second order"], "diagonal"),
+    ("h[t, n] = f[t, n] * h[t-1, n] + x[t]\ny[t] = sum(h[t, n]) ** 2", "linear in their sums"),
+    ("h[t, n] = f[t, n] * h[t-1, n] + x[t]\ng[t, n] = h[t, n] * x[t]", "lane readouts"),
+])
+def test_what_the_fused_backward_refuses(text: str, why: str):
+    form = decompose(Recurrence.parse(text))
+    assert why in (supported(form) or "")
+    with pytest.raises(OptionError, match=why):
+        derive(form)
+
+
+@pytest.mark.parametrize("options, what", [
+    ({"target": "cpu"}, "target='cuda'"),
+    ({"reverse": True}, "no reverse"),
+    ({"backward": "yes"}, "True or False"),
+    ({"dtype": "bfloat16"}, "float32"),
+])
+def test_the_option_is_checked(options: dict, what: str):
+    opts = {"backward": True, **options}
+    target = opts.pop("target", "cuda")
+    with pytest.raises(OptionError, match=what):
+        ex.compile(ex.PRESETS["selective scan"], target=target, **opts)
+
+
+@pytest.fixture(scope="module")
+def backward_compile():
+    return ex.compile(ex.PRESETS["selective scan"], target="cuda", backward=True)
+
+
+def test_the_plan_is_in_the_ir_and_the_kernel_writes_every_gradient(backward_compile):
+    c = backward_compile
+    plan = c.stages["plan"].text
+    for op in ('"scan.recompute"() {every = 2048', '"scan.adjoint"() {state = "lam_h", tree = '
+               '"suffix"}', 'target = "grad_A"'):
+        assert op in plan
+    assert c.outputs == ("grad_dt", "grad_B", "grad_x", "grad_C", "grad_A", "grad_D", "grad_h0")
+    (kernel,) = c.kernels
+    assert kernel["block"] == [128, 1, 1] and kernel["channels"] == "block"
+    # the suffix scan shuffles down, the forward's up
+    assert "shfl.sync.down" in c.ptx and "shfl.sync.up" in c.ptx
+    assert "red.global.add.f32" in c.ptx or "atom.global.add.f32" in c.ptx
+
+
+def test_a_plan_edited_to_other_terms_is_refused(backward_compile):
+    from mlir.ir import Context, Module
+
+    from explorer.dialect import scan
+    from explorer.passes.backward import read_plan
+
+    ir = next(p.ir for p in backward_compile.passes if p.name == "scan-plan")
+    edited = ir.replace('expr = "dt*h[t-1]*lam[t]*exp(A*dt)"', 'expr = "dt*h[t]*lam[t]"')
+    assert edited != ir
+    fa = derive(backward_compile.form)
+    with Context() as ctx:
+        scan.load(ctx)
+        read_plan(Module.parse(ir).operation, fa)     # as compiled: read back
+        with pytest.raises(CompileError, match="not the gradients"):
+            read_plan(Module.parse(edited).operation, fa)
+        retiled = ir.replace("elements = 16", "elements = 8")
+        with pytest.raises(CompileError, match="recomputes every 2048"):
+            read_plan(Module.parse(retiled).operation, fa)
+
+
+def test_a_record_keeps_the_tile_and_refuses_another(backward_compile, tmp_path):
+    import gzip
+    import hashlib
+    import json
+
+    from explorer.compiler import load_compiled
+
+    path = backward_compile.dump(tmp_path / "bw.json.gz")
+    back = load_compiled(path)
+    assert (back.scan_plan.threads, back.scan_plan.elements) == (128, 16)
+    assert back.outputs == backward_compile.outputs
+    head, body = gzip.decompress(path.read_bytes()).split(b"\n", 1)
+    payload = json.loads(body)
+    payload["plan"] = {"backward": [96, 16]}
+    body = json.dumps(payload).encode()
+    header = json.loads(head)
+    header["sha256"] = hashlib.sha256(body).hexdigest()
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n" + body))
+    with pytest.raises(ValueError, match="disagrees"):
+        load_compiled(bad)
+
+
+def test_the_kernel_policy_keeps_the_formulas_on_the_cpu():
+    """fuse_backward="kernel" on CPU tensors: the kernel is a GPU one, the eager formulas
+    run (same gradients as "never")."""
+    text = ex.PRESETS["selective scan"]
+    f = ex.compile(text, target="cpu", outputs="all").torch()
+    arrays, h0 = _inputs(text)
+    grads = {}
+    for policy in ("never", "kernel"):
+        f.fuse_backward = policy
+        leaves = {k: torch.tensor(v, requires_grad=True) for k, v in arrays.items()}
+        f(**leaves)["y"].sum().backward()
+        grads[policy] = {k: v.grad for k, v in leaves.items()}
+    f.fuse_backward = "auto"
+    assert all(torch.equal(grads["never"][k], grads["kernel"][k]) for k in arrays)
