@@ -1,14 +1,14 @@
 """The fused backward kernel (``compile(text, backward=True)``) as the torch operator runs it.
 
-With ``fuse_backward="kernel"``, where it applies (a diagonal recurrence scanned forwards,
+With ``fuse_backward="auto"`` (the default) or ``"kernel"``, where it applies (a diagonal recurrence scanned forwards,
 readouts summed over the lanes, float32 CUDA tensors,
 :func:`explorer.passes.fused_adjoint.supported`), the operator's backward is this one kernel:
 it reads the tensors the forward saved (the inputs, parameters and the states) and the output
 gradients, and writes every gradient; no adjoint ``lam`` is laid out, and no formula runs after
 it but the sums of the parameters' per-channel gradients over the channels that share them. An
 output the loss does not read gets zeros: of one sequence for a state (a row every channel
-reads), of the channels' steps for a readout. Not the default: measured slower than the
-adjoint and its fused formulas so far (README, *Gradients*).
+reads), of the channels' steps for a readout. Measured faster than the adjoint and its fused
+formulas (README, *Gradients*).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def applies(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
 
     from explorer.passes.fused_adjoint import supported
 
-    if op.fuse_backward != "kernel" or op.reverse or op.lane_gradients:
+    if op.fuse_backward not in ("auto", "kernel") or op.reverse or op.lane_gradients:
         return False
     if supported(op.compiled.form) is not None:
         return False
@@ -37,10 +37,10 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     compile of ``op``'s recurrence)."""
     import torch
 
-    from explorer.passes.fused_adjoint import derive
+    from explorer.passes.fused_adjoint import derived
     from explorer.torch_arrays import sum_to
 
-    fa = derive(op.compiled.form)
+    fa = derived(op.compiled.form)
     rec = op.compiled.recurrence
     state = fa.state
     h = states[state]

@@ -33,7 +33,7 @@ recurrences on those tensors from the second call; ``"always"`` fuses from the f
 any recurrence on any device; ``"traced"`` replays from the first call, on any device;
 ``"never"`` runs the eager formulas; ``"kernel"`` runs the fused backward kernel of
 ``compile(text, backward=True)`` where it applies (:mod:`explorer.backward_kernel`), the eager
-formulas elsewhere.  Measured in one run on an H100
+formulas elsewhere. ``"auto"`` runs that kernel first wherever it applies.  Measured in one run on an H100
 (``bench/grad_speed.py``, methods ``ours`` and ``ours-unfused``): the selective scan's backward
 1.90x faster at 8 x 1536 x 16 x 2^11 (20.4 -> 10.8 ms) and 1.34x at 2 x 512 x 16 x 2^10; the
 affine scan's (two elementwise operations around the adjoint, bound by host time) within 5%
@@ -54,6 +54,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from explorer import backward_kernel
 
 if TYPE_CHECKING:
     from explorer.torch_op import RecurrenceOp
@@ -101,9 +103,9 @@ class FusedBackward:
         """The gradients of ``needed`` (what :meth:`RecurrenceOp.gradients` returns), fused
         where the policy says so."""
         policy = self.op.fuse_backward
-        if policy in ("never", "kernel"):
-            # "kernel": the fused backward kernel computes every gradient itself where it
-            # applies (explorer.backward_kernel), the eager formulas elsewhere
+        if policy in ("never", "kernel") or backward_kernel.applies(self.op, arrays, states):
+            # the fused backward kernel computes every gradient itself where it applies
+            # (explorer.backward_kernel; "kernel": the eager formulas elsewhere)
             return self.op.gradients(arrays, states, cotangents, needed)
         traced = policy == "traced" or (policy == "auto" and not self.op.specs.rec.vector)
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]

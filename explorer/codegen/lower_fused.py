@@ -59,8 +59,9 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Stream
 from explorer.codegen.threads import WARP, flat_memref, for_loop, if_then, pad, padded
-from explorer.codegen.tiles import direct_write, held_value, tile_loads
+from explorer.codegen.tiles import direct_write, held_value, rows_aligned, tile_loads
 from explorer.frontend.names import h0_name
+from explorer.passes.fused_adjoint import LAM
 from explorer.runtime.contract import INT_ROLES
 
 Pair = tuple[Value, Value]
@@ -224,6 +225,14 @@ class _Kernel:
         self.lane_id = arith.remui(tid, ci(WARP))
         self.warp = arith.divui(tid, ci(WARP))
         nch = ceil_div(self.L, ci(T))
+        # every lane row of the lane inputs aligned for the 16-byte loads: checked once (the
+        # rows are L apart and the tiles start at multiples of T); a tile that is not whole
+        # takes the element-by-element loads anyway
+        lane_arrays = [self.arrays[x] for x in self.rec.inputs if x in self.lanes]
+        lane_arrays += [self.arrays[name] for o, name in fa.cotangents.items()
+                        if o in self.rec.states]
+        self.lane_aligned = rows_aligned(lane_arrays, self.L, ci(0), VECTOR) \
+            if lane_arrays else None
         chan_in = [x for x in self.rec.inputs if x not in self.lanes]
         chan_in += [name for o, name in fa.cotangents.items() if o not in self.rec.states]
         self.chan_in = chan_in
@@ -271,14 +280,18 @@ class _Kernel:
         lane_in += [name for o, name in fa.cotangents.items() if o in self.rec.states]
         streams = [Stream(self.arrays[x], self.lane_row(x, c, n)) for x in lane_in]
         last = arith.subi(self.L, ci(1))
-        loaded = tile_loads(streams, tid, t0, last, E, self.bs, VECTOR, direct=True)
+        loaded = tile_loads(streams, tid, t0, last, E, self.bs, VECTOR, direct=True,
+                            aligned=self.lane_aligned)
         params = {p: self.param(p, c, n) for p in self.rec.params}
         env = [dict(chan[j], **params, **{x: held_value(loaded, j, q, len(lane_in), VECTOR)
                                           for q, x in enumerate(lane_in)}) for j in range(E)]
         em = [self.emitter(env[j]) for j in range(E)]
         one, zero = cf(1.0), cf(0.0)
-        a = [arith.select(valid[j], em[j](fa.a), one) for j in range(E)]
-        b = [arith.select(valid[j], em[j](fa.b), zero) for j in range(E)]
+        # past the end (the last tile) the loads repeat the last step: the forward's states
+        # there follow the valid ones and are never read, and the adjoint's elements there
+        # have c = 0, so mu stays the zero it starts from in the last tile: no masks on a, b
+        a = [em[j](fa.a) for j in range(E)]
+        b = [em[j](fa.b) for j in range(E)]
         # 1. the forward: the thread's aggregate, its warp's prefix, the warps' before it
         agg: Pair = (one, zero)
         for j in range(E):
@@ -304,10 +317,41 @@ class _Kernel:
                                                             saved_at)])
         h0 = memref.load(self.arrays[h0_name(fa.state)], [add_i(mul_i(c, self.N), n)])
         h = arith.addf(arith.mulf(pre[0], arith.select(first, h0, h_saved)), pre[1])
+        lanes_g, rows_g, time_g, all_g = (fa.by_over(o) for o in ("lanes", "rows", "time", "all"))
+        time_acc = [zero] * len(time_g)
+        base = mul_i(tid, ci(E))
+
+        def terms(j: int, with_lam: bool) -> None:
+            """Step j's gradient terms that read lam (or those that do not), added where the
+            plan says: a lane gradient's into the stage at once (its registers freed)."""
+            e = em[j]
+
+            def mine(x: Any) -> bool:
+                return x != 0 and bool(x.has(LAM)) == with_lam
+            for q, g in enumerate(lanes_g):
+                if mine(g.lane):
+                    i = j * nsum + q
+                    sums[i] = arith.addf(sums[i], e(g.lane))
+            if not with_lam:
+                for q, arg in enumerate(fa.sums):
+                    i = j * nsum + len(lanes_g) + q
+                    sums[i] = arith.addf(sums[i], e(arg))
+            for q, g in enumerate(rows_g):
+                if mine(g.lane) or (g.lane == 0 and not with_lam):
+                    v = e(g.lane) if g.lane != 0 else zero
+                    memref.store(v, self.stages[q], [pad(add_i(base, ci(j)))])
+            for q, g in enumerate(time_g):
+                if mine(g.lane):
+                    time_acc[q] = arith.addf(time_acc[q], arith.select(valid[j], e(g.lane),
+                                                                       zero))
+            for q, g in enumerate(all_g):
+                if mine(g.lane):
+                    accs[q] = arith.addf(accs[q], arith.select(valid[j], e(g.lane), zero))
         for j in range(E):
             env[j][str(fa.h_prev)] = h
             h = arith.addf(arith.mulf(a[j], h), b[j])
             env[j][str(fa.h)] = h
+            terms(j, False)
         # 2. the adjoint: mu = a (c + mu'), scanned from the end
         cs = [arith.select(valid[j], em[j](fa.inject), zero) for j in range(E)]
         ragg: Pair = (one, zero)
@@ -334,34 +378,15 @@ class _Kernel:
         lastk = arith.cmpi(arith.CmpIPredicate.eq, k, arith.subi(nch, ci(1)))
         mu_in = arith.select(lastk, zero, memref.load(gh0, [carry_at]))
         mu = arith.addf(arith.mulf(rpre[0], mu_in), rpre[1])
-        # 3. the terms, step by step back
-        lanes_g, rows_g, time_g, all_g = (fa.by_over(o) for o in ("lanes", "rows", "time", "all"))
-        rows_v: list[list[Value]] = [[] for _ in range(E)]
-        time_acc = [zero] * len(time_g)
+        # 3. the terms, step by step back (those without lam were added in the forward walk)
         for j in reversed(range(E)):
             lam = arith.addf(cs[j], mu)
             mu = arith.mulf(a[j], lam)
             env[j]["lam[t]"] = lam
-            e = em[j]
-            for q, g in enumerate(lanes_g):
-                i = j * nsum + q
-                sums[i] = arith.addf(sums[i], e(g.lane))
-            for q, arg in enumerate(fa.sums):
-                i = j * nsum + len(lanes_g) + q
-                sums[i] = arith.addf(sums[i], e(arg))
-            rows_v[j] = [e(g.lane) for g in rows_g]
-            for q, g in enumerate(time_g):
-                time_acc[q] = arith.addf(time_acc[q], arith.select(valid[j], e(g.lane), zero))
-            for q, g in enumerate(all_g):
-                if g.lane != 0:
-                    accs[q] = arith.addf(accs[q], arith.select(valid[j], e(g.lane), zero))
+            terms(j, True)
         # the lanes' sums over time: each warp's, then thread 0 adds the warps'
         for q, v in enumerate(time_acc):
             self.warp_total_scalar(self.red, self.warp_reduce(v), q * self.warps)
-        base = mul_i(tid, ci(E))
-        for q, stage in enumerate(self.stages):
-            for j in range(E):
-                memref.store(rows_v[j][q], stage, [pad(add_i(base, ci(j)))])
         gpu.barrier()
         for q, g in enumerate(rows_g):
             out = self.arrays[g.target]

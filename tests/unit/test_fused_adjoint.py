@@ -118,12 +118,12 @@ def backward_compile():
 def test_the_plan_is_in_the_ir_and_the_kernel_writes_every_gradient(backward_compile):
     c = backward_compile
     plan = c.stages["plan"].text
-    for op in ('"scan.recompute"() {every = 2048', '"scan.adjoint"() {state = "lam_h", tree = '
+    for op in ('"scan.recompute"() {every = 512', '"scan.adjoint"() {state = "lam_h", tree = '
                '"suffix"}', 'target = "grad_A"'):
         assert op in plan
     assert c.outputs == ("grad_dt", "grad_B", "grad_x", "grad_C", "grad_A", "grad_D", "grad_h0")
     (kernel,) = c.kernels
-    assert kernel["block"] == [128, 1, 1] and kernel["channels"] == "block"
+    assert kernel["block"] == [32, 1, 1] and kernel["channels"] == "block"
     # the suffix scan shuffles down, the forward's up
     assert "shfl.sync.down" in c.ptx and "shfl.sync.up" in c.ptx
     assert "red.global.add.f32" in c.ptx or "atom.global.add.f32" in c.ptx
@@ -145,7 +145,7 @@ def test_a_plan_edited_to_other_terms_is_refused(backward_compile):
         with pytest.raises(CompileError, match="not the gradients"):
             read_plan(Module.parse(edited).operation, fa)
         retiled = ir.replace("elements = 16", "elements = 8")
-        with pytest.raises(CompileError, match="recomputes every 2048"):
+        with pytest.raises(CompileError, match="recomputes every 512"):
             read_plan(Module.parse(retiled).operation, fa)
 
 
@@ -158,11 +158,11 @@ def test_a_record_keeps_the_tile_and_refuses_another(backward_compile, tmp_path)
 
     path = backward_compile.dump(tmp_path / "bw.json.gz")
     back = load_compiled(path)
-    assert (back.scan_plan.threads, back.scan_plan.elements) == (128, 16)
+    assert (back.scan_plan.threads, back.scan_plan.elements) == (32, 16)
     assert back.outputs == backward_compile.outputs
     head, body = gzip.decompress(path.read_bytes()).split(b"\n", 1)
     payload = json.loads(body)
-    payload["plan"] = {"backward": [96, 16]}
+    payload["plan"] = {"backward": [64, 16]}
     body = json.dumps(payload).encode()
     header = json.loads(head)
     header["sha256"] = hashlib.sha256(body).hexdigest()
