@@ -58,7 +58,7 @@ from explorer.codegen.emit import (
     to_index,
 )
 from explorer.codegen.gen import Stream
-from explorer.codegen.threads import WARP, flat_memref, for_loop, if_then, pad, padded
+from explorer.codegen.threads import WARP, flat_memref, for_loop, if_else, if_then, pad, padded
 from explorer.codegen.tiles import direct_write, held_value, rows_aligned, tile_loads
 from explorer.frontend.names import h0_name
 from explorer.passes.fused_adjoint import LAM
@@ -204,12 +204,18 @@ class _Kernel:
         self.rec = fa.form.recurrence
         self.lanes = set(self.rec.lane_names)
         self.locs = locs
+        self.row_base: dict[str, Value] = {}
 
     # -- indices -----------------------------------------------------------------------------
     def lane_row(self, name: str, c: Value, n: Value) -> Value:
-        """The first index of lane n's row of a lane array of channel c (timed: times L)."""
-        r = arith.divui(c, self.row_div[name]) if name in self.row_div else c
-        return mul_i(add_i(mul_i(r, self.N), n), self.L)
+        """The first index of lane n's row of a lane array of channel c (timed: times L):
+        the channel's first row (its division by the row divisor made once a kernel) plus
+        n rows."""
+        base = self.row_base.get(name)
+        if base is None:   # (every lane array's is made at the kernel's start)
+            r = arith.divui(c, self.row_div[name]) if name in self.row_div else c
+            base = mul_i(mul_i(r, self.N), self.L)
+        return add_i(base, mul_i(n, self.L))
 
     def param(self, name: str, c: Value, n: Value) -> Value:
         r = arith.remui(c, self.row_mod[name]) if name in self.row_mod else c
@@ -225,6 +231,9 @@ class _Kernel:
         self.lane_id = arith.remui(tid, ci(WARP))
         self.warp = arith.divui(tid, ci(WARP))
         nch = ceil_div(self.L, ci(T))
+        for a_ in backward_args(fa):
+            if a_["lane"] and a_["timed"] and a_["role"] in ("input", "output"):
+                self.row_base[a_["name"]] = self.lane_row(a_["name"], c, ci(0))
         # every lane row of the lane inputs aligned for the 16-byte loads: checked once (the
         # rows are L apart and the tiles start at multiples of T); a tile that is not whole
         # takes the element-by-element loads anyway
@@ -388,19 +397,30 @@ class _Kernel:
         for q, v in enumerate(time_acc):
             self.warp_total_scalar(self.red, self.warp_reduce(v), q * self.warps)
         gpu.barrier()
-        for q, g in enumerate(rows_g):
-            out = self.arrays[g.target]
-            row = self.lane_row(g.target, c, n)
-            for i in range(E):
-                p = add_i(ci(i * self.bs), tid)
-                t = add_i(t0, p)
+        rows_at = [(q, self.arrays[g.target], self.lane_row(g.target, c, n))
+                   for q, g in enumerate(rows_g)]
 
-                def add(p: Value = p, t: Value = t, q: int = q, out: Value = out,
-                        row: Value = row) -> None:
-                    memref.atomic_rmw(arith.AtomicRMWKind.addf,
-                                      memref.load(self.stages[q], [pad(p)]), out,
-                                      [add_i(row, t)])
-                if_then(lt_i(t, self.L), add)
+        def adds(guarded: bool) -> list[Value]:
+            """The stage's values added into the rows, a warp's adds on consecutive words;
+            ``guarded``: only the steps before L (the last tile, where it ends early)."""
+            for q, out, row in rows_at:
+                for i in range(E):
+                    p = add_i(ci(i * self.bs), tid)
+                    t = add_i(t0, p)
+
+                    def add(p: Value = p, t: Value = t, q: int = q, out: Value = out,
+                            row: Value = row) -> None:
+                        memref.atomic_rmw(arith.AtomicRMWKind.addf,
+                                          memref.load(self.stages[q], [pad(p)]), out,
+                                          [add_i(row, t)])
+                    if guarded:
+                        if_then(lt_i(t, self.L), add)
+                    else:
+                        add()
+            return []
+        if rows_at:
+            whole = arith.cmpi(arith.CmpIPredicate.ule, add_i(t0, ci(self.T)), self.L)
+            if_else(whole, [], lambda: adds(False), lambda: adds(True))
         is0 = arith.cmpi(arith.CmpIPredicate.eq, tid, ci(0))
 
         def lead() -> None:
