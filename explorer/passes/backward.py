@@ -32,9 +32,25 @@ class BackwardPlan:
     elements: int
     adjoint: FusedAdjoint
 
+    #: its tile's tree (each warp's by shuffles, the warps joined through shared memory)
+    tree = "warp_shuffle"
+
     @property
     def tile(self) -> int:
         return self.threads * self.elements
+
+    @property
+    def sweeps(self) -> tuple[Any, ...]:
+        """The forward's tree over the tile's thread aggregates (the adjoint's is its mirror)."""
+        from explorer.passes.plan import sweeps_of
+
+        return sweeps_of("warp_shuffle", self.threads)
+
+    def picture(self, n: int) -> Any:
+        """The forward's tree over ``n`` thread aggregates, as the widget draws a plan's."""
+        from explorer.passes.plans import make_plan
+
+        return make_plan("warp_shuffle", n)
 
     def text(self) -> str:
         return (f"the fused backward: one block a channel, {self.threads} threads x "

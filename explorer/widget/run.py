@@ -199,8 +199,10 @@ class RunPanel:
         timed = rec is None or bool(rec.inputs)
         self.length.description = "L" if timed else "L (no input is indexed by time)"
         self.length.layout.width = "160px" if timed else "330px"
-        self.run_button.disabled = compiled is None
-        self.sweep_button.disabled = compiled is None or self.running
+        # the fused backward kernel runs as a torch operator's backward, not here
+        backward = compiled is not None and bool(compiled.options.get("backward"))
+        self.run_button.disabled = compiled is None or backward
+        self.sweep_button.disabled = compiled is None or self.running or backward
         self._show_range()
         if not self.running:
             self.status.value = status_html(
@@ -238,6 +240,15 @@ class RunPanel:
         if compiled is None:
             self.check.value = ("<pre class='sw-check-error' style='color:#a00'>nothing is "
                                 "compiled: fix the recurrence above, then run</pre>")
+            self.last_check = []
+            return []
+        if compiled.options.get("backward"):
+            self.check.value = (
+                "<pre class='sw-check-error' style='color:#a00;white-space:pre-wrap'>the fused "
+                "backward kernel runs as the backward of the torch operator: "
+                "ex.compile(text, target='cuda').torch(), then loss.backward() on CUDA "
+                "tensors (checked against torch autograd in float64 by "
+                "tests/gpu/test_autodiff_gpu.py, timed by bench/grad_speed.py)</pre>")
             self.last_check = []
             return []
         try:

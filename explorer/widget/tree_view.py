@@ -113,10 +113,19 @@ class TreeView(View):
         n = int(self.drawn.value)
         self._picture = picture = plan.picture(n)
         self._svg = {}
-        self.info.value = self._info_html(plan, picture, plan_seconds,
-                                          compiled.options.get("outputs", "readouts"),
-                                          tuple(compiled.recurrence.states),
-                                          tuple(compiled.recurrence.readouts))
+        if compiled.options.get("backward"):   # the fused backward's plan: its own words
+            self.info.value = (
+                "<div><b>Read from the IR of the <code>scan-plan</code> pass</b> "
+                "(<code>compiled.scan_plan</code>): the fused backward kernel.</div>"
+                + plain_html(plan.text())
+                + f"<div style='color:#444'>The picture: the forward's warp-shuffle tree over "
+                f"the first {picture.n} of the {plan.threads} thread aggregates (the adjoint's "
+                "suffix tree is its mirror: shuffles down, the later warps first).</div>")
+        else:
+            self.info.value = self._info_html(plan, picture, plan_seconds,
+                                              compiled.options.get("outputs", "readouts"),
+                                              tuple(compiled.recurrence.states),
+                                              tuple(compiled.recurrence.readouts))
         levels = len(picture.levels)
         self._syncing = True
         try:

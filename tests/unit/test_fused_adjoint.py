@@ -186,3 +186,20 @@ def test_the_kernel_policy_keeps_the_formulas_on_the_cpu():
         grads[policy] = {k: v.grad for k, v in leaves.items()}
     f.fuse_backward = "auto"
     assert all(torch.equal(grads["never"][k], grads["kernel"][k]) for k in arrays)
+
+
+def test_the_explorer_shows_the_backward_kernel(backward_compile):
+    """Every stage of the fused backward's compile in the widget: its plan in the Scan tree
+    tab (the terms, the forward's tree drawn), its PTX; the Run tab says where it runs."""
+    import html
+    import re
+
+    w = ex.Explorer(backward_compile)
+    assert w.error is None
+    w.show_tab("Scan tree")
+    info = html.unescape(re.sub("<[^>]+>", "", w.tree_view.info.value))
+    assert "the fused backward kernel" in info and "grad_A = dt*h[t-1]*lam[t]*exp(A*dt)" in info
+    assert "<svg" in w.tree_view.picture.value
+    assert "scan.recompute" in w.tree_view.ops.value
+    assert w.run.run_button.disabled and w.run.sweep_button.disabled
+    assert w.run.run_and_check() == [] and "torch operator" in w.run.check.value
