@@ -1,7 +1,7 @@
 """The fused backward kernel (``compile(text, backward=True)``) as the torch operator runs it.
 
-With ``fuse_backward="auto"`` (the default) or ``"kernel"``, where it applies (a diagonal recurrence scanned forwards,
-readouts summed over the lanes, float32 CUDA tensors,
+With ``fuse_backward="auto"`` (the default) or ``"kernel"``, where it applies (a diagonal
+recurrence scanned forwards, readouts summed over the lanes, float32 CUDA tensors,
 :func:`explorer.passes.fused_adjoint.supported`), the operator's backward is this one kernel:
 it reads the tensors the forward saved (the inputs, parameters and the states) and the output
 gradients, and writes every gradient; no adjoint ``lam`` is laid out, and no formula runs after

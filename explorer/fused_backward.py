@@ -33,9 +33,10 @@ recurrences on those tensors from the second call; ``"always"`` fuses from the f
 any recurrence on any device; ``"traced"`` replays from the first call, on any device;
 ``"never"`` runs the eager formulas; ``"kernel"`` runs the fused backward kernel of
 ``compile(text, backward=True)`` where it applies (:mod:`explorer.backward_kernel`), the eager
-formulas elsewhere. ``"auto"`` runs that kernel first wherever it applies.  Measured in one run on an H100
-(``bench/grad_speed.py``, methods ``ours`` and ``ours-unfused``): the selective scan's backward
-1.90x faster at 8 x 1536 x 16 x 2^11 (20.4 -> 10.8 ms) and 1.34x at 2 x 512 x 16 x 2^10; the
+formulas elsewhere. ``"auto"`` runs that kernel first wherever it applies.  Measured in one
+run on an H100 (``bench/grad_speed.py``, methods ``ours`` and ``ours-unfused``), before that
+kernel: the selective scan's backward 1.90x faster fused at 8 x 1536 x 16 x 2^11 (20.4 -> 10.8
+ms) and 1.34x at 2 x 512 x 16 x 2^10; the
 affine scan's (two elementwise operations around the adjoint, bound by host time) within 5%
 either way, hence not fused by ``"auto"``.  A signature whose trace or compilation fails
 keeps the eager formulas, with one warning naming the error; a compilation that succeeds is
