@@ -26,6 +26,9 @@ TEXTS = {
     "two readouts": "h[t, n] = exp(-softplus(u[t]) * A[n] * A[n]) * h[t-1, n] + B[t, n] * x[t]\n"
                     "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]\n"
                     "z[t] = sum(h[t, n]) * u[t]",
+    # inputs named as the backward's own arrays would be: the kernel's names move aside
+    "names that collide": "h[t, n] = exp(-fwd_h[t] * A[n] * A[n]) * h[t-1, n]"
+                          " + grad_x[t] * B[t, n]\ny[t] = sum(C[t, n] * h[t, n]) + grad_y[t]",
 }
 
 
