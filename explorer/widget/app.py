@@ -282,7 +282,7 @@ class Explorer(widgets.VBox):
         super().__init__([
             header,
             widgets.HBox([self.preset, self.compile_button, self.backward.button,
-                          self.status]),
+                          self.backward.kernel_button, self.status]),
             self.text,
             self.backward.formulas,
             self.error_box,

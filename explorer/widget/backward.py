@@ -38,6 +38,75 @@ class BackwardToggle:
         self.forward: tuple[str, bool, Any, dict[str, Any], str, tuple[Any, Any], str,
                             str] | None = None
         self.button.observe(self._toggled, names="value")
+        #: the fused backward kernel of the text (``compile(text, backward=True)``): what the
+        #: torch operator's backward runs on the GPU for a diagonal recurrence
+        self.kernel_button = widgets.ToggleButton(
+            value=False, description="backward kernel", icon="compress",
+            tooltip="show the fused backward kernel the torch operator runs on the GPU: the "
+                    "forward's states recomputed, the adjoint scanned back, every gradient "
+                    "reduced in one kernel (compile(text, backward=True))")
+        self.kernel_button.add_class("sw-backward-kernel")
+        #: the kept options while the kernel is shown
+        self.kernel_kept: dict[str, Any] | None = None
+        self.kernel_button.observe(self._kernel_toggled, names="value")
+
+    def _kernel_toggled(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self.show_kernel()
+        else:
+            self.hide_kernel()
+
+    def _set(self, button: Any, value: bool, handler: Any) -> None:
+        button.unobserve(handler, names="value")
+        button.value = value
+        button.observe(handler, names="value")
+
+    def show_kernel(self) -> bool:
+        """Compile the fused backward kernel of the text in the box (the adjoint's toggle goes
+        off first); True on success. Where it does not apply (the CPU target, a recurrence it
+        does not take) the reason is shown as an error and the toggle goes back off."""
+        from explorer.frontend.recurrence import Recurrence
+        from explorer.passes.affine import decompose
+        from explorer.passes.fused_adjoint import derive
+        from explorer.widget.controls import error_html, kept_html
+
+        ex = self.explorer
+        if self.button.value:
+            self._set(self.button, False, self._toggled)
+            self.show_forward()
+        try:
+            if ex.target.value != "cuda":
+                from explorer.errors import OptionError
+
+                raise OptionError("the fused backward kernel is a GPU kernel: choose the CUDA "
+                                  "target (on the CPU the backward is the adjoint: the "
+                                  "backward toggle)")
+            fused = derive(decompose(Recurrence.parse(ex.text.value)))
+        except Exception as err:  # noqa: BLE001 - every error is shown in the widget
+            ex.error = err
+            ex.error_box.value = error_html(err)
+            self._set(self.kernel_button, False, self._kernel_toggled)
+            return False
+        self.kernel_kept = dict(ex.kept_options)
+        ex.kept_options = {**ex.kept_options, "backward": True}
+        ex.kept.value = kept_html(ex.kept_options, "the backward kernel")
+        self.formulas.value = (
+            "<details open><summary>the fused backward kernel, derived</summary><pre "
+            "style='font-size:12px;margin:4px 0'>"
+            f"{html.escape(fused.text())}</pre></details>")
+        return ex.recompile()
+
+    def hide_kernel(self) -> bool:
+        """The forward again, its kept options back."""
+        from explorer.widget.controls import kept_html
+
+        ex = self.explorer
+        if self.kernel_kept is not None:
+            ex.kept_options = self.kernel_kept
+            ex.kept.value = kept_html(self.kernel_kept)
+            self.kernel_kept = None
+        self.formulas.value = ""
+        return ex.recompile()
 
     def _toggled(self, change: dict[str, Any]) -> None:
         if change["new"]:
@@ -53,6 +122,9 @@ class BackwardToggle:
         from explorer.widget.controls import error_html
 
         ex = self.explorer
+        if self.kernel_button.value:   # one backward shown at a time
+            self._set(self.kernel_button, False, self._kernel_toggled)
+            self.hide_kernel()
         try:
             backward = explorer.grad(ex.text.value)
         except Exception as err:  # noqa: BLE001 - every error is shown in the widget

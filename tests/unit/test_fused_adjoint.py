@@ -206,3 +206,35 @@ def test_the_explorer_shows_the_backward_kernel(backward_compile):
     assert "scan.recompute" in w.tree_view.ops.value
     assert w.run.run_button.disabled and w.run.sweep_button.disabled
     assert w.run.run_and_check() == [] and "torch operator" in w.run.check.value
+
+
+def test_the_backward_kernel_toggle_shows_what_the_operator_runs():
+    """The *backward kernel* toggle compiles ``compile(text, backward=True)`` from the box (the
+    kernel ``c.torch()``'s backward runs on CUDA tensors), gives the forward back, refuses the
+    CPU target and a recurrence it does not take in the error box, and is one of two: the
+    adjoint's toggle turns it off."""
+    import html
+
+    text = ex.PRESETS["selective scan"]
+    w = ex.Explorer(text, target="cuda")
+    forward_key = w.compiled.key
+    w.backward.kernel_button.value = True
+    assert w.error is None, w.error_box.value
+    assert w.compiled.options["backward"] is True and w.compiled.recurrence.text == text
+    assert w.compiled.key == ex.compile(text, target="cuda", backward=True).key
+    assert "scan.recompute" in w.compiled.stages["plan"].text
+    assert "grad_A = dt*h[t-1]*lam[t]*exp(A*dt)" in html.unescape(w.backward.formulas.value)
+    w.backward.button.value = True       # the adjoint instead
+    assert not w.backward.kernel_button.value and w.error is None
+    assert w.compiled.recurrence.text == ex.grad(text).text
+    w.backward.button.value = False
+    assert w.compiled.key == forward_key and "backward" not in w.kept_options
+    w.backward.kernel_button.value = True
+    w.backward.kernel_button.value = False
+    assert w.compiled.key == forward_key and w.backward.formulas.value == ""
+    w.target.value = "cpu"
+    w.backward.kernel_button.value = True
+    assert not w.backward.kernel_button.value and "GPU kernel" in w.error_box.value
+    scalar = ex.Explorer(ex.PRESETS["affine scan"], target="cuda")
+    scalar.backward.kernel_button.value = True
+    assert not scalar.backward.kernel_button.value and "diagonal" in scalar.error_box.value
