@@ -42,6 +42,7 @@ class BackwardToggle:
         #: torch operator's backward runs on the GPU for a diagonal recurrence
         self.kernel_button = widgets.ToggleButton(
             value=False, description="backward kernel", icon="compress",
+            layout=widgets.Layout(width="170px"),
             tooltip="show the fused backward kernel the torch operator runs on the GPU: the "
                     "forward's states recomputed, the adjoint scanned back, every gradient "
                     "reduced in one kernel (compile(text, backward=True))")
