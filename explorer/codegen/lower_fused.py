@@ -25,6 +25,7 @@ kept in the initial state's gradient, which it is after the first tile. GPU only
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import sympy
@@ -137,7 +138,7 @@ def build(module_op: Any, fa: Any, threads: int, elements: int, locs: Any = None
     sizes_f = _shared_sizes(fa, threads, elements)
     wg_types: list[Type] = [MemRefType.get([n], f32(), memory_space=workgroup) for n in sizes_f]
     loc = (locs.statements.get(fa.state) if locs is not None else None)
-    with InsertionPoint(module_op.regions[0].blocks[0]), (loc or _Null()):
+    with InsertionPoint(module_op.regions[0].blocks[0]), (loc or nullcontext()):
         gmod = gpu.GPUModuleOp(f"{KERNEL_PREFIX}_kernels")
         gmod.bodyRegion.blocks.append()
         with InsertionPoint(gmod.bodyRegion.blocks[0]):
@@ -166,14 +167,6 @@ def build(module_op: Any, fa: Any, threads: int, elements: int, locs: Any = None
     return BuiltModule(text="", kernel_name=spec.name, args=args, block=spec.block,
                        sequences_per_block=1, shared_bytes=0, target="cuda", kernels=[spec],
                        static_shared_bytes=spec.static_shared_bytes)
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _comb(later: Pair, earlier: Pair) -> Pair:
