@@ -45,6 +45,8 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     state = fa.state
     h = states[state]
     batch, (N, L) = tuple(h.shape[:-2]), tuple(h.shape[-2:])
+    if L == 0 or N == 0 or h.numel() == 0:   # nothing to launch: every gradient is zero
+        return {name: torch.zeros_like(arrays[name]) for name in needed}
     given = dict(arrays)
     given[fa.saved] = h
     for o, name in fa.cotangents.items():
