@@ -192,8 +192,7 @@ class CudaKernel:
                     h0.setdefault(a.name, a)
                 elif a.role == "output":
                     outputs.setdefault(a.name, a)
-        self.specs = tuple(specs.values())
-        self.h0_args = h0
+        self.specs, self.h0_args = tuple(specs.values()), h0
         # the keyword a caller uses for each initial state: ``<state>0`` (``h0`` for ``h``);
         # the manifest may name the argument after the state (``h``) or the keyword (``h0``)
         self.h0_keyword = {name: (h0_name(name) if name in outputs else name) for name in h0}
@@ -208,9 +207,9 @@ class CudaKernel:
         self._want: dict[str, Any] | None = None
         #: a varlen compile: the kernels read segment marks, a call may pass ``cu_seqlens``
         self.varlen = any(a.role == "segments" for k in kernels for a in k.args)
-        #: the compile stores last states (they start as a copy of the initial states)
-        self.last_states = any(not a.timed for a in outputs.values()) and not (
-            artifact.options or {}).get("backward")   # a backward's are gradients, written whole
+        #: last states stored (copies of the initial states first; a backward's: gradients)
+        self.last_states = not artifact.options.get("backward") and any(
+            not a.timed for a in outputs.values())
 
     @classmethod
     def from_artifact(cls, artifact: Artifact | str | os.PathLike[str], cast: bool = False,
