@@ -104,9 +104,10 @@ class FusedBackward:
         """The gradients of ``needed`` (what :meth:`RecurrenceOp.gradients` returns), fused
         where the policy says so."""
         policy = self.op.fuse_backward
-        if policy in ("never", "kernel") or backward_kernel.applies(self.op, arrays, states):
-            # the fused backward kernel computes every gradient itself where it applies
-            # (explorer.backward_kernel; "kernel": the eager formulas elsewhere)
+        if policy in ("never", "kernel") or (backward_kernel.applies(self.op, arrays, states)
+                                             and self.op._backward_kernel() is not None):
+            # the fused backward kernel computes every gradient itself where it applies and
+            # compiles (explorer.backward_kernel; "kernel": the eager formulas elsewhere)
             return self.op.gradients(arrays, states, cotangents, needed)
         traced = policy == "traced" or (policy == "auto" and not self.op.specs.rec.vector)
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]
