@@ -62,6 +62,15 @@ def _no_gpu(command: str) -> int:
     return 2
 
 
+def _forward_only(path: Any, art: Any) -> None:
+    """``run`` and ``bench`` check and time a recurrence's outputs against its reference: a
+    fused backward kernel's outputs are gradients, which they have no reference for."""
+    if art.options.get("backward"):
+        raise CliError(f"{path} is a fused backward kernel (compiled with backward=True): it "
+                       "runs as the backward of the torch operator, ex.compile(text).torch(); "
+                       "bench/grad_speed.py times it")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -71,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from explorer.runtime.cuda import CudaKernel
 
     art = load_artifact(args.artifact)
+    _forward_only(args.artifact, art)
     if _no_gpu("run"):
         return 2
     kernel = CudaKernel.from_artifact(art, poison=True)
@@ -120,6 +130,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CliError(f"--baselines: {err}") from None
     for path in args.artifacts:
         art = load_artifact(path)
+        _forward_only(path, art)
         if art.dtype != args.dtype:
             raise CliError(f"{path} takes {art.dtype} inputs: run it with --dtype {art.dtype} "
                            f"(this run is --dtype {args.dtype})")

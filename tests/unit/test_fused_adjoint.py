@@ -238,3 +238,18 @@ def test_the_backward_kernel_toggle_shows_what_the_operator_runs():
     scalar = ex.Explorer(ex.PRESETS["affine scan"], target="cuda")
     scalar.backward.kernel_button.value = True
     assert not scalar.backward.kernel_button.value and "diagonal" in scalar.error_box.value
+
+
+def test_run_and_bench_refuse_a_backward_artifact(tmp_path, capsys):
+    """``scanweaver run`` would compare a backward kernel's gradients with no reference (a
+    check that cannot fail): refused, before the GPU is looked at, as bench refuses it."""
+    from explorer.cli import main
+
+    out = tmp_path / "bw"
+    assert main(["compile", ex.PRESETS["selective scan"], "--option", "backward=true",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(out)]) != 0
+    assert main(["bench", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("is a fused backward kernel") == 2, err
