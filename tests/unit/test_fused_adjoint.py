@@ -26,6 +26,11 @@ TEXTS = {
     "two readouts": "h[t, n] = exp(-softplus(u[t]) * A[n] * A[n]) * h[t-1, n] + B[t, n] * x[t]\n"
                     "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]\n"
                     "z[t] = sum(h[t, n]) * u[t]",
+    # the corpus's other diagonal recurrences: no readout (the state's cotangent alone), and
+    # softplus in the decay
+    "diagonal, no readout": "h[t, n] = r[n] * h[t-1, n] + x[t]",
+    "softplus step": "h[t, n] = exp(softplus(dt[t]) * A[n]) * h[t-1, n]"
+                     " + softplus(dt[t]) * B[t, n] * x[t]\ny[t] = sum(C[t, n] * h[t, n]) + D * x[t]",
     # inputs named as the backward's own arrays would be: the kernel's names move aside
     "names that collide": "h[t, n] = exp(-fwd_h[t] * A[n] * A[n]) * h[t-1, n]"
                           " + grad_x[t] * B[t, n]\ny[t] = sum(C[t, n] * h[t, n]) + grad_y[t]",
@@ -63,6 +68,7 @@ def test_the_kernels_algorithm_gives_torch_autograds_gradients(name: str, tile: 
     given = _canonical(rec, {**arrays, **h0}, C, N)
     f = ex.compile(text, target="cpu", outputs="all").torch()
     out = f(**{k: torch.tensor(v, dtype=torch.float64) for k, v in {**arrays, **h0}.items()})
+    out = out if isinstance(out, dict) else {fa.state: out}   # one output comes back bare
     saved = out[fa.state].detach().numpy().reshape(C, N, -1)
     cots = {o: np.broadcast_to(np.asarray(g, dtype=np.float64), out[o].shape).reshape(
         (C, N, -1) if o in rec.states else (C, -1)) for o, g in cot.items()}
