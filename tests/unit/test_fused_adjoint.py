@@ -30,7 +30,8 @@ TEXTS = {
     # softplus in the decay
     "diagonal, no readout": "h[t, n] = r[n] * h[t-1, n] + x[t]",
     "softplus step": "h[t, n] = exp(softplus(dt[t]) * A[n]) * h[t-1, n]"
-                     " + softplus(dt[t]) * B[t, n] * x[t]\ny[t] = sum(C[t, n] * h[t, n]) + D * x[t]",
+                     " + softplus(dt[t]) * B[t, n] * x[t]\n"
+                     "y[t] = sum(C[t, n] * h[t, n]) + D * x[t]",
     # inputs named as the backward's own arrays would be: the kernel's names move aside
     "names that collide": "h[t, n] = exp(-fwd_h[t] * A[n] * A[n]) * h[t-1, n]"
                           " + grad_x[t] * B[t, n]\ny[t] = sum(C[t, n] * h[t, n]) + grad_y[t]",
