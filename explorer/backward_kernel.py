@@ -54,7 +54,7 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
         if g is None:
             shape = ((1,) * len(batch) + (N, L)) if o in rec.states else (*batch, L)
             g = torch.zeros(shape, dtype=torch.float32, device=h.device)
-        given[name] = g.contiguous() if not g.is_contiguous() else g
+        given[name] = g.contiguous()   # itself where it is
     sums = {g.target: tuple(arrays[g.of].shape[:-2]) for g in fa.gradients
             if g.over == "rows" and g.of in arrays}
     kernel: Any = compiled.runner("cuda")

@@ -149,10 +149,9 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     ptx_info = typed(payload["ptx_info"], (dict, type(None)), "ptx_info")
     if checked["backward"]:   # the fused backward: its terms derived again, its tile read
         from explorer.passes.backward import backward_plan_from_dict
-        from explorer.passes.plans import make_plan
 
         bplan = backward_plan_from_dict(payload["plan"], form, kernels)
-        return Compiled(rec, form, make_plan("warp_shuffle", bplan.threads), strategy, target,
+        return Compiled(rec, form, bplan.picture(bplan.threads), strategy, target,
                         checked, stages, passes, kernels, "", ptx, llvm_ir, ptx_info, key,
                         from_cache=True, trusted=False, scan_plan=bplan)
     from explorer.passes.plan import plan_from_dict

@@ -110,16 +110,11 @@ def _compile(rec: Recurrence, opts: Any, opt_dict: dict[str, Any], key: str,
         plan, built = state.plan, state.built
         done["recurrence"] = (rec.summary(), rec.dependence_dot())
         done["affine"] = state.form.as_text()
-        if opts.backward:   # the fused backward's plan: its tile's tree is warp-shuffle's
-            from explorer.passes.plans import make_plan
-
-            done["plan"] = (plan.text(), make_plan("warp_shuffle", PLAN_PICTURE_N).to_dot())
-            done["picture"] = make_plan("warp_shuffle", plan.threads)
-        else:
-            done["plan"] = (_plan_text(plan) + "\n" + _outputs_choice(opts.outputs, rec, plan)
-                            + outputs_text(plan, rec.states),
-                            plan.picture(PLAN_PICTURE_N).to_dot())
-            done["picture"] = plan.picture(plan.threads)
+        about = (plan.text() if opts.backward else   # the fused backward's plan says itself
+                 _plan_text(plan) + "\n" + _outputs_choice(opts.outputs, rec, plan)
+                 + outputs_text(plan, rec.states))
+        done["plan"] = (about, plan.picture(PLAN_PICTURE_N).to_dot())
+        done["picture"] = plan.picture(plan.threads)
         done["mlir"] = split_locations(text)[0]
         done["kernels"] = [dict(k.manifest(), args=k.manifest_args(built.args))
                            for k in built.kernels]

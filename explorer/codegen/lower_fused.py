@@ -62,13 +62,11 @@ from explorer.codegen.gen import Stream
 from explorer.codegen.threads import WARP, flat_memref, for_loop, if_else, if_then, pad, padded
 from explorer.codegen.tiles import direct_write, held_value, rows_aligned, tile_loads
 from explorer.frontend.names import h0_name
+from explorer.passes.backward import VECTOR
 from explorer.passes.fused_adjoint import LAM
 from explorer.runtime.contract import INT_ROLES
 
 Pair = tuple[Value, Value]
-
-#: the vector width of the thread's loads and stores (16 bytes of float32)
-VECTOR = 4
 
 
 def backward_args(fa: Any) -> list[dict[str, Any]]:
@@ -161,7 +159,7 @@ def build(module_op: Any, fa: Any, threads: int, elements: int, locs: Any = None
                     flat_memref(), v, [], [n_of[a["name"]]], [], [0], [dyn], [1])
                     for a, v in zip(args, vals) if a["role"] not in INT_ROLES}
                 _Kernel(fa, threads, elements, arrays, N, L, row_div, row_mod,
-                        values[len(args):], locs).emit()
+                        values[len(args):]).emit()
                 gpu.return_([])
         _cuda_host_launcher(args, arg_types, [spec])
     return BuiltModule(text="", kernel_name=spec.name, args=args, block=spec.block,
@@ -186,7 +184,7 @@ def _shfl(v: Value, by: int, mode: Any) -> Value:
 class _Kernel:
     def __init__(self, fa: Any, threads: int, elements: int, arrays: dict[str, Value], N: Value,
                  L: Value, row_div: dict[str, Value], row_mod: dict[str, Value],
-                 shared: Sequence[Value], locs: Any) -> None:
+                 shared: Sequence[Value]) -> None:
         self.fa, self.bs, self.E = fa, threads, elements
         self.T = threads * elements
         self.warps = threads // WARP
@@ -196,7 +194,6 @@ class _Kernel:
         self.stages = list(shared[3:])
         self.rec = fa.form.recurrence
         self.lanes = set(self.rec.lane_names)
-        self.locs = locs
         self.row_base: dict[str, Value] = {}
 
     # -- indices -----------------------------------------------------------------------------
@@ -237,7 +234,6 @@ class _Kernel:
             if lane_arrays else None
         chan_in = [x for x in self.rec.inputs if x not in self.lanes]
         chan_in += [name for o, name in fa.cotangents.items() if o not in self.rec.states]
-        self.chan_in = chan_in
         alls = fa.by_over("all")
 
         def chunk(kk: Value, accs: list[Value]) -> list[Value]:

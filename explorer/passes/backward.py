@@ -17,8 +17,12 @@ from typing import Any
 
 from explorer.dialect import scan
 from explorer.errors import CompileError, OptionError
-from explorer.passes.fused_adjoint import BACKWARD_TILE, FusedAdjoint, derive
+from explorer.passes.fused_adjoint import BACKWARD_TILE, FusedAdjoint, derived
+from explorer.passes.plan import Sweep, implemented_sweeps
 from explorer.passes.state import ScanState
+
+#: the vector width of the kernel's loads and stores (16 bytes of float32)
+VECTOR = 4
 
 #: the threads of a block the kernel takes: whole warps, at most 32 of them
 MAX_THREADS = 1024
@@ -41,10 +45,11 @@ class BackwardPlan:
 
     @property
     def sweeps(self) -> tuple[Any, ...]:
-        """The forward's tree over the tile's thread aggregates (the adjoint's is its mirror)."""
+        """The forward's tree over the tile's thread aggregates (the adjoint's is its mirror):
+        the levels of :func:`explorer.passes.plan.sweeps_of`, as a warp-shuffle plan's."""
         from explorer.passes.plan import sweeps_of
 
-        return sweeps_of("warp_shuffle", self.threads)
+        return sweeps_of(self.tree, self.threads)
 
     def picture(self, n: int) -> Any:
         """The forward's tree over ``n`` thread aggregates, as the widget draws a plan's."""
@@ -86,21 +91,19 @@ def make_plan(state: ScanState) -> Any:
         affine = scan.ops(module_op, "affine")
         if len(affine) != 1 or state.form is None:
             raise ValueError("scan-plan runs after scan-decompose (one scan.affine)")
-        fa = derive(state.form)
+        fa = derived(state.form)
         threads, elements = state.backward_tile
+        plan = BackwardPlan(threads, elements, fa)
         last = scan.ops(module_op)[-1]
         with InsertionPoint.after(last), affine[0].location:
-            scan.create("thread", {"elements": elements, "vector_width": 4,
+            scan.create("thread", {"elements": plan.elements, "vector_width": VECTOR,
                                    "layout": "direct"})
-            scan.create("block", {"threads": threads, "tree": "warp_shuffle"})
-            for s in (1, 2, 4, 8, 16):
-                scan.create("sweep", {"phase": "shuffle", "stride": s, "active": threads,
-                                      "via": "shuffle"})
-            if threads > 32:
-                scan.create("sweep", {"phase": "warps", "stride": 32, "active": threads,
-                                      "via": "shared"})
+            scan.create("block", {"threads": plan.threads, "tree": plan.tree})
+            for sw in plan.sweeps:
+                scan.create("sweep", {"phase": sw.phase, "stride": sw.stride,
+                                      "active": sw.active, "via": sw.via})
             scan.create("recompute", {"state": fa.state, "saved": fa.saved,
-                                      "every": threads * elements})
+                                      "every": plan.tile})
             scan.create("adjoint", {"state": f"lam_{fa.state}", "tree": "suffix"})
             for g in fa.gradients:
                 scan.create("gradient", {"target": g.target, "of": g.of, "over": g.over,
@@ -123,6 +126,17 @@ def read_plan(module_op: Any, fa: FusedAdjoint) -> BackwardPlan:
         check_tile(threads, elements)
     except OptionError as err:
         raise CompileError(f"the plan's tile: {err}") from None
+    plan = BackwardPlan(threads, elements, fa)
+    if (block["tree"], thread["layout"], thread["vector_width"]) != (plan.tree, "direct",
+                                                                     VECTOR):
+        raise CompileError(f"the backward's tile is lowered as a {plan.tree} tree over direct "
+                           f"tiles of {VECTOR}-element vectors, not {block['tree']} over "
+                           f"{thread['layout']} tiles of {thread['vector_width']}")
+    sweeps = tuple(Sweep(a["phase"], a["stride"], a["active"], a["via"])
+                   for a in map(scan.attrs, scan.ops(module_op, "sweep")))
+    if not implemented_sweeps(plan.tree, threads, sweeps):
+        raise CompileError(f"the sweeps of the backward's {plan.tree} tree over {threads} "
+                           "threads are not the ones its lowering implements")
     if int(rec["every"]) != threads * elements or rec["saved"] != fa.saved:
         raise CompileError(f"the plan recomputes every {rec['every']} steps from "
                            f"{rec['saved']!r}; the lowering recomputes a tile of "
@@ -135,7 +149,7 @@ def read_plan(module_op: Any, fa: FusedAdjoint) -> BackwardPlan:
     if got != want:
         raise CompileError("the plan's scan.gradient ops are not the gradients the lowering "
                            f"derives for this recurrence: {got} against {want}")
-    return BackwardPlan(threads, elements, fa)
+    return plan
 
 
 def make_lower(state: ScanState) -> Any:
@@ -145,7 +159,7 @@ def make_lower(state: ScanState) -> Any:
 
         if state.form is None:
             raise ValueError("scan-lower runs after scan-decompose and scan-plan")
-        plan = read_plan(module_op, derive(state.form))
+        plan = read_plan(module_op, derived(state.form))
         state.plan = plan
         state.built = build(module_op, plan.adjoint, plan.threads, plan.elements,
                             term_locations(state.recurrence))
@@ -162,7 +176,7 @@ def backward_plan_from_dict(raw: Any, form: Any, kernels: list[dict[str, Any]]) 
         raise ValueError("the record's backward plan is malformed")
     try:
         check_tile(*tile)
-        fa = derive(form)
+        fa = derived(form)
     except OptionError as err:
         raise ValueError(f"the record's backward plan: {err}") from None
     blocks = [k.get("block") for k in kernels]

@@ -169,9 +169,11 @@ def derive(form: AffineForm) -> FusedAdjoint:
     bw = grad(rec)
     names = bw.names
     cot = dict(names.cotangent)
-    taken0 = set(rec.inputs) | set(rec.params) | set(rec.states) | set(rec.readouts) \
+    # the names the kernel's arguments may not take: the recurrence's and the cotangents'
+    taken = set(rec.inputs) | set(rec.params) | set(rec.states) | set(rec.readouts) \
         | set(cot.values())
-    saved = names.trajectory.get(state) or _fresh(f"fwd_{state}", taken0)
+    saved = names.trajectory.get(state) or _fresh(f"fwd_{state}", taken)
+    taken |= {saved, h0_name(state)}
     a, b = form.A[0, 0], form.b[0]
     h, hp = state_symbol(state, 0), state_symbol(state, 1)
     lanes = set(rec.lane_names)
@@ -181,8 +183,6 @@ def derive(form: AffineForm) -> FusedAdjoint:
     if inject.atoms(LaneSum):
         raise OptionError("the fused backward takes readouts linear in their sums over the "
                           f"lanes (dL/d{state}[t] = {inject} reads a sum over the lanes)")
-    taken = set(rec.inputs) | set(rec.params) | set(rec.states) | set(rec.readouts) \
-        | set(cot.values()) | {saved, h0_name(state)}
     grads: list[Gradient] = []
     sums: list[sympy.Expr] = []
     for x in (*rec.inputs, *rec.params):

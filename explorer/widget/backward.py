@@ -68,7 +68,7 @@ class BackwardToggle:
         does not take) the reason is shown as an error and the toggle goes back off."""
         from explorer.frontend.recurrence import Recurrence
         from explorer.passes.affine import decompose
-        from explorer.passes.fused_adjoint import derive
+        from explorer.passes.fused_adjoint import derived
         from explorer.widget.controls import error_html, kept_html
 
         ex = self.explorer
@@ -82,7 +82,7 @@ class BackwardToggle:
                 raise OptionError("the fused backward kernel is a GPU kernel: choose the CUDA "
                                   "target (on the CPU the backward is the adjoint: the "
                                   "backward toggle)")
-            fused = derive(decompose(Recurrence.parse(ex.text.value)))
+            fused = derived(decompose(Recurrence.parse(ex.text.value)))
         except Exception as err:  # noqa: BLE001 - every error is shown in the widget
             ex.error = err
             ex.error_box.value = error_html(err)

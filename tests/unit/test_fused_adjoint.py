@@ -157,6 +157,14 @@ def test_a_plan_edited_to_other_terms_is_refused(backward_compile):
         retiled = ir.replace("elements = 16", "elements = 8")
         with pytest.raises(CompileError, match="recomputes every 512"):
             read_plan(Module.parse(retiled).operation, fa)
+        # its tree: the warp-shuffle levels the lowering runs, as any warp-shuffle plan's
+        resweep = ir.replace("stride = 16 : i64", "stride = 32 : i64")
+        assert resweep != ir
+        with pytest.raises(CompileError, match="sweeps of the backward"):
+            read_plan(Module.parse(resweep).operation, fa)
+        retree = ir.replace('tree = "warp_shuffle"', 'tree = "blelloch"')
+        with pytest.raises(CompileError, match="lowered as a warp_shuffle tree"):
+            read_plan(Module.parse(retree).operation, fa)
 
 
 def test_a_record_keeps_the_tile_and_refuses_another(backward_compile, tmp_path):
