@@ -694,11 +694,14 @@ def build(folder: Path, variant: str = "blelloch", lane_gradients: bool = False)
             folder / f"{i}-adj.json.gz")
         index[text] = [f"{i}-fwd.json.gz", f"{i}-adj.json.gz"]
         if ex.compile(text, target="cpu").form.kind == "diagonal" and not lane_gradients:
-            # the fused backward kernel, the op's default backward of the selective scan
+            # the fused backward kernels, the op's default backward of the selective scan: a
+            # loss of the readouts alone runs the "readouts" one, a loss of the states too the
+            # other
             fast = {k: v for k, v in options.items() if k == "fast_math"}
-            ex.compile(text, target="cuda", strategy=strategy, backward=True, **fast).dump(
-                folder / f"{i}-bwk.json.gz")
-            index[text].append(f"{i}-bwk.json.gz")
+            for which, tag in ((True, "bwk"), ("readouts", "bwr")):
+                ex.compile(text, target="cuda", strategy=strategy, backward=which,
+                           **fast).dump(folder / f"{i}-{tag}.json.gz")
+                index[text].append(f"{i}-{tag}.json.gz")
     (folder / "index.json").write_text(json.dumps(index, indent=1))
     print(f"wrote {len(index)} forward and adjoint records to {folder}")
 
@@ -733,6 +736,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(forward and backward, float32, sm_90) and time its backward")
     ap.add_argument("--mamba-build", type=Path, default=Path("/tmp/mamba-ssm-grad"),
                     help="build folder for --mamba-src")
+    ap.add_argument("--mamba-module", type=Path,
+                    help="instead of --mamba-src: the module it built (selective_scan_fp32*.so "
+                         "in its build folder), imported as it is")
     ap.add_argument("--methods", type=lambda v: set(v.split(",")), default=None,
                     help="comma list: time only these methods (e.g. ours,ours+compile)")
     args = ap.parse_args(argv)
@@ -775,6 +781,15 @@ def main(argv: list[str] | None = None) -> int:
 
         kw["mamba"], secs, what = build_mamba_grad(args.mamba_src, args.mamba_build)
         print(f"mamba-ssm built in {secs:.1f} s from {what}")
+    elif cuda and args.mamba_module is not None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("selective_scan_fp32", args.mamba_module)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"--mamba-module: {args.mamba_module} is not a module")
+        kw["mamba"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(kw["mamba"])
+        print(f"mamba-ssm from {args.mamba_module} (built earlier with --mamba-src)")
     records, failed = [], False
     problems: list[Callable[[], Problem]] = [
         *(lambda s=s: AffineProblem(s, **kw) for s in affine),

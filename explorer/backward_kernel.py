@@ -5,15 +5,28 @@ recurrence scanned forwards, readouts summed over the lanes, float32 CUDA tensor
 :func:`explorer.passes.fused_adjoint.supported`), the operator's backward is this one kernel:
 it reads the tensors the forward saved (the inputs, parameters and the states) and the output
 gradients, and writes every gradient; no adjoint ``lam`` is laid out, and no formula runs after
-it but the sums of the parameters' per-channel gradients over the channels that share them. An
-output the loss does not read gets zeros: of one sequence for a state (a row every channel
-reads), of the channels' steps for a readout. Measured faster than the adjoint and its fused
-formulas (README, *Gradients*).
+it but the sums of the parameters' per-channel gradients over the channels that share them.
+Where the loss reads the readouts alone (no state has a gradient, the usual case) the kernel is
+the ``backward="readouts"`` compile, which reads no state cotangent; else the
+``backward=True`` one. An output the loss does not read gets zeros (a tensor kept with the
+call: of one sequence for a state, a row every channel reads; of the channels' steps for a
+readout). Measured faster than the adjoint and its fused formulas (README, *Gradients*).
+
+A call's host work is bound once per signature (:class:`_Bound`: the tensors' shapes and
+strides, the cotangents given, the gradients asked for, torch's stream): the kernel's launch
+plan, the zeros it reads and the sums after it; a later call of that signature allocates the
+gradients and launches.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
+
+#: signatures bound per kernel (least recently used dropped first)
+KEPT = 8
 
 
 def applies(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
@@ -31,47 +44,190 @@ def applies(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
                for x in tensors)
 
 
+def reads_states(op: Any, cotangents: dict[str, Any]) -> bool:
+    """Whether the kernel must read the states' cotangents: the loss reads a state, or the
+    recurrence has no readouts (then ``backward="readouts"`` has nothing to read)."""
+    rec = op.compiled.recurrence
+    return not rec.readouts or any(s in cotangents for s in rec.states)
+
+
+@dataclass
+class _Bound:
+    """One signature's call, bound: the kernel's launch plan and what runs around it."""
+
+    runner: Any
+    plan: Any
+    #: the state and the kernel's argument of its saved values
+    state: str
+    saved: str
+    #: the kernel's arguments that are not the call's tensors: zeros (kept, never written)
+    zeros: dict[str, Any]
+    #: cotangent argument -> the forward output whose gradient it is (those given)
+    cotangents: dict[str, str]
+    #: kernel output -> the batch axes summed after it (lane readouts not summed inside)
+    after: dict[str, list[int]]
+    #: (argument, kernel output, leading axes summed, then axes summed keeping them)
+    grads: list[tuple[str, str, tuple[int, ...], list[int]]] = field(default_factory=list)
+
+
+class Bindings:
+    """The bound signatures of one operator (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.kept: OrderedDict[tuple[Any, ...], _Bound] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> _Bound | None:
+        hit = self.kept.get(key)
+        if hit is not None:
+            self.kept.move_to_end(key)
+        return hit
+
+    def put(self, key: tuple[Any, ...], bound: _Bound) -> None:
+        with self.lock:
+            self.kept[key] = bound
+            while len(self.kept) > KEPT:
+                self.kept.popitem(last=False)
+
+
+def _key(states_read: bool, arrays: dict[str, Any], states: dict[str, Any],
+         cotangents: dict[str, Any], needed: set[str]) -> tuple[Any, ...]:
+    from explorer.runtime.cuda_plan import current_stream
+
+    first = next(iter(states.values()))
+    parts: list[Any] = [states_read, current_stream(first.get_device()), first.get_device(),
+                        tuple(sorted(needed))]
+    for group in (arrays, states, cotangents):
+        parts += [(n, x.shape, x.stride()) for n, x in group.items()]
+    return tuple(parts)
+
+
 def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any],
               cotangents: dict[str, Any], needed: set[str]) -> dict[str, Any]:
-    """The gradients of ``needed`` from the kernel of ``compiled`` (a ``backward=True``
-    compile of ``op``'s recurrence)."""
+    """The gradients of ``needed`` from the kernel of ``compiled`` (a ``backward=True`` or
+    ``"readouts"`` compile of ``op``'s recurrence)."""
     import torch
 
-    from explorer.passes.fused_adjoint import derived
-    from explorer.torch_arrays import sum_to
+    from explorer.passes.backward import reads_states as compiled_reads
+    from explorer.runtime.cuda_plan import run_plan
 
-    fa = derived(op.compiled.form)
-    rec = op.compiled.recurrence
-    state = fa.state
-    h = states[state]
-    batch, (N, L) = tuple(h.shape[:-2]), tuple(h.shape[-2:])
-    if L == 0 or N == 0 or h.numel() == 0:   # nothing to launch: every gradient is zero
+    states_read = compiled_reads(compiled.options["backward"])
+    h = next(iter(states.values()))
+    if h.shape[-1] == 0 or h.numel() == 0:   # nothing to launch: every gradient is zero
         return {name: torch.zeros_like(arrays[name]) for name in needed}
+    table: Bindings = op.bindings
+    key = _key(states_read, arrays, states, cotangents, needed)
+    bound = table.get(key)
+    if bound is None:
+        bound = _bind(op, compiled, arrays, states, cotangents, needed)
+        if bound is None:   # another launch path (not a plan): every call takes it
+            return _unbound(op, compiled, arrays, states, cotangents, needed)
+        table.put(key, bound)
+    given = dict(arrays)
+    given[bound.saved] = states[bound.state]
+    for name, o in bound.cotangents.items():
+        given[name] = cotangents[o].contiguous()   # itself where it is
+    given.update(bound.zeros)
+    outs = run_plan(bound.runner, bound.plan, given)
+    for name, axes in bound.after.items():
+        outs[name] = outs[name].sum(dim=axes, keepdim=True)
+    res: dict[str, Any] = {}
+    for name, target, lead, keep in bound.grads:
+        x = outs[target]
+        if lead:
+            x = x.sum(dim=lead)
+        res[name] = x.sum(dim=keep, keepdim=True) if keep else x
+    return res
+
+
+def _adjoint(op: Any, states_read: bool) -> Any:
+    from explorer.passes.fused_adjoint import derived
+
+    return derived(op.compiled.form, states_read)
+
+
+def _inputs(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any],
+            cotangents: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
+                                                 dict[str, str], dict[str, Any]]:
+    """(the kernel's tensors, the zeros among them, the cotangents given by argument, the
+    sums asked of its lane readouts) of a call."""
+    import torch
+
+    from explorer.passes.backward import reads_states as compiled_reads
+
+    fa = _adjoint(op, compiled_reads(compiled.options["backward"]))
+    rec = op.compiled.recurrence
+    h = states[fa.state]
+    batch, (N, L) = tuple(h.shape[:-2]), tuple(h.shape[-2:])
     given = dict(arrays)
     given[fa.saved] = h
+    zeros: dict[str, Any] = {}
+    named: dict[str, str] = {}
     for o, name in fa.cotangents.items():
         g = cotangents.get(o)
         if g is None:
             shape = ((1,) * len(batch) + (N, L)) if o in rec.states else (*batch, L)
-            g = torch.zeros(shape, dtype=torch.float32, device=h.device)
-        given[name] = g.contiguous()   # itself where it is
+            zeros[name] = given[name] = torch.zeros(shape, dtype=torch.float32,
+                                                    device=h.device)
+        else:
+            named[name] = o
+            given[name] = g.contiguous()
     sums = {g.target: tuple(arrays[g.of].shape[:-2]) for g in fa.gradients
             if g.over == "rows" and g.of in arrays}
-    kernel: Any = compiled.runner("cuda")
-    outs = kernel.launch_torch(sums=sums or None, **given)
+    return given, zeros, named, sums
+
+
+def _bind(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any],
+          cotangents: dict[str, Any], needed: set[str]) -> _Bound | None:
+    """The call's signature bound (None where its kernel takes the path without a plan)."""
+    from explorer.passes.backward import reads_states as compiled_reads
+
+    given, zeros, named, sums = _inputs(op, compiled, arrays, states, cotangents)
+    runner: Any = compiled.runner("cuda")
+    plan = runner.plan_for(None, None, sums or None, given)
+    if plan is None:
+        return None
+    after = {}
+    for name, own in sums.items():
+        shown = plan.outputs[name]
+        axes = [i for i, k in enumerate(own) if k == 1 and shown[i] != 1]
+        if axes:
+            after[name] = axes
+    fa = _adjoint(op, compiled_reads(compiled.options["backward"]))
+    bound = _Bound(runner, plan, fa.state, fa.saved, zeros, named, after)
+    for g in fa.gradients:
+        if g.of not in needed:
+            continue
+        shown = plan.outputs[g.target]
+        if g.target in after:
+            shown = tuple(1 if i in after[g.target] else k for i, k in enumerate(shown))
+        want = tuple(arrays[g.of].shape)
+        lead = max(0, len(shown) - len(want))
+        rest = shown[lead:]
+        # a parameter's rows, or an input's batch axes given as 1: summed over the channels
+        # that share them
+        keep = [i for i, k in enumerate(want) if k == 1 and rest[i] != 1]
+        bound.grads.append((g.of, g.target, tuple(range(lead)), keep))
+    return bound
+
+
+def _unbound(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any],
+             cotangents: dict[str, Any], needed: set[str]) -> dict[str, Any]:
+    """A call whose kernel takes the checking path (no launch plan)."""
+    from explorer.passes.backward import reads_states as compiled_reads
+    from explorer.torch_arrays import sum_to
+
+    given, _, _, sums = _inputs(op, compiled, arrays, states, cotangents)
+    outs = compiled.runner("cuda").launch_torch(sums=sums or None, **given)
+    fa = _adjoint(op, compiled_reads(compiled.options["backward"]))
     res: dict[str, Any] = {}
     for g in fa.gradients:
-        name = g.of
-        if name not in needed:
+        if g.of not in needed:
             continue
         x = outs[g.target]
-        want = tuple(arrays[name].shape)
-        if tuple(x.shape) != want:
-            # a parameter's rows, or an input's batch axes given as 1: summed over the
-            # channels that share them
-            lead = len(x.shape) - len(want)
-            if lead > 0:
-                x = x.sum(dim=tuple(range(lead)))
-            x = sum_to(x, want)
-        res[name] = x
+        want = tuple(arrays[g.of].shape)
+        lead = len(x.shape) - len(want)
+        if lead > 0:
+            x = x.sum(dim=tuple(range(lead)))
+        res[g.of] = sum_to(x, want)
     return res

@@ -148,9 +148,10 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
     llvm_ir = stages["llvm"].text
     ptx_info = typed(payload["ptx_info"], (dict, type(None)), "ptx_info")
     if checked["backward"]:   # the fused backward: its terms derived again, its tile read
-        from explorer.passes.backward import backward_plan_from_dict
+        from explorer.passes.backward import backward_plan_from_dict, reads_states
 
-        bplan = backward_plan_from_dict(payload["plan"], form, kernels)
+        bplan = backward_plan_from_dict(payload["plan"], form, kernels,
+                                        reads_states(checked["backward"]))
         return Compiled(rec, form, bplan.picture(bplan.threads), strategy, target,
                         checked, stages, passes, kernels, "", ptx, llvm_ir, ptx_info, key,
                         from_cache=True, trusted=False, scan_plan=bplan)

@@ -104,10 +104,13 @@ class FusedBackward:
         """The gradients of ``needed`` (what :meth:`RecurrenceOp.gradients` returns), fused
         where the policy says so."""
         policy = self.op.fuse_backward
-        if policy in ("never", "kernel") or (backward_kernel.applies(self.op, arrays, states)
-                                             and self.op._backward_kernel() is not None):
-            # the fused backward kernel computes every gradient itself where it applies and
-            # compiles (explorer.backward_kernel; "kernel": the eager formulas elsewhere)
+        # the fused backward kernel computes every gradient itself where it applies and
+        # compiles (explorer.backward_kernel; "kernel": the eager formulas elsewhere)
+        kernel = self.op.kernel_for(arrays, states, cotangents)
+        if kernel is not None:
+            return backward_kernel.gradients(self.op, kernel, arrays, states, cotangents,
+                                             needed)
+        if policy in ("never", "kernel"):
             return self.op.gradients(arrays, states, cotangents, needed)
         traced = policy == "traced" or (policy == "auto" and not self.op.specs.rec.vector)
         tensors = [*arrays.values(), *states.values(), *cotangents.values()]

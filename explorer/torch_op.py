@@ -112,12 +112,14 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
             op = RecurrenceOp(compiled, bool(lane_gradients))
             _OPS[(compiled.key, bool(lane_gradients))] = op
     if adjoint is not None and adjoint.options.get("backward"):
-        # the fused backward kernel (compile(text, backward=True)) of this recurrence
+        # the fused backward kernel (compile(text, backward=True or "readouts")) of this
+        # recurrence
         if adjoint.recurrence.text != op.compiled.recurrence.text:
             raise ValueError("adjoint= is a backward kernel of another recurrence "
                              f"({adjoint.recurrence.text!r})")
         with op._compile_lock:
-            op._compiles[("backward", "cuda")] = adjoint
+            op._compiles[("backward", str(adjoint.options["backward"]))] = adjoint
+            op.bindings = backward_kernel.Bindings()   # calls bound to another kernel
         adjoint = None
     if adjoint is not None:
         if adjoint.recurrence.text != op.backward.text or not adjoint.options.get("reverse"):
@@ -162,6 +164,8 @@ class RecurrenceOp:
         self._fuse_backward = "auto"
         self._no_kernel = False
         self.fused = FusedBackward(self)
+        #: the fused backward kernel's calls, bound per signature
+        self.bindings = backward_kernel.Bindings()
         key = compiled.key + ("_lane" if lane_gradients else "")
         forward = _Runner(self.specs, self.reverse, self._forward_for)
         adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for,
@@ -258,23 +262,44 @@ class RecurrenceOp:
         return self._cached(("adjoint", target), lambda: self.backward.compile(
             target=target, strategy=self.compiled.strategy, **self._options()))
 
-    def _backward_kernel(self) -> Compiled | None:
-        """The fused backward kernel (None where it cannot be compiled here: the backward
-        then runs the adjoint and its formulas, with one warning)."""
+    def _backward_kernel(self, states: bool = True) -> Compiled | None:
+        """The fused backward kernel, reading the states' cotangents or (``states`` False)
+        the readouts' alone: the ``backward="readouts"`` compile, else (one kept or compiled
+        before, none compiled here) the ``backward=True`` one, which reads zeros for them.
+        None where neither can be compiled here: the backward then runs the adjoint and its
+        formulas, with one warning."""
         if self._no_kernel:
             return None
-        try:
-            fast = self.compiled.options.get("fast_math") or "contract"
-            return self._cached(("backward", "cuda"), lambda: _compile(
-                self.compiled.recurrence, "cuda", self.compiled.strategy, backward=True,
-                fast_math=fast))
-        except Exception as err:   # no MLIR here, a pass that failed: said once
-            import warnings
+        kinds: tuple[bool | str, ...] = (True,) if states else ("readouts", True)
+        with self._compile_lock:
+            for which in kinds:
+                hit = self._compiles.get(("backward", str(which)))
+                if hit is not None:
+                    return hit
+        fast = self.compiled.options.get("fast_math") or "contract"
+        failed: Exception | None = None
+        for which in kinds:
+            def make(which: bool | str = which) -> Compiled:
+                return _compile(self.compiled.recurrence, "cuda", self.compiled.strategy,
+                                backward=which, fast_math=fast)
+            try:
+                return self._cached(("backward", str(which)), make)
+            except Exception as err:   # no MLIR here, a pass that failed: said once
+                failed = failed or err
+        import warnings
 
-            self._no_kernel = True
-            warnings.warn(f"the fused backward kernel could not be compiled ({err}); the "
-                          "backward runs the adjoint scan and its formulas", stacklevel=2)
+        self._no_kernel = True
+        warnings.warn(f"the fused backward kernel could not be compiled ({failed}); the "
+                      "backward runs the adjoint scan and its formulas", stacklevel=2)
+        return None
+
+    def kernel_for(self, arrays: dict[str, Any], states: dict[str, Any],
+                   cotangents: dict[str, Any]) -> Compiled | None:
+        """The fused backward kernel this backward runs (None where it does not apply or
+        cannot be compiled: :mod:`explorer.backward_kernel`)."""
+        if not backward_kernel.applies(self, arrays, states):
             return None
+        return self._backward_kernel(backward_kernel.reads_states(self, cotangents))
 
     def _cached(self, key: tuple[str, str], make: Callable[[], Compiled]) -> Compiled:
         with self._compile_lock:
@@ -330,11 +355,9 @@ class RecurrenceOp:
                   cotangents: dict[str, Any], needed: set[str]) -> dict[str, Any]:
         """The gradients of ``needed`` (names of the forward's arguments): the adjoint scan,
         then the gradient formulas as torch operations."""
-        if backward_kernel.applies(self, arrays, states):
-            kernel = self._backward_kernel()
-            if kernel is not None:
-                return backward_kernel.gradients(self, kernel, arrays, states, cotangents,
-                                                 needed)
+        kernel = self.kernel_for(arrays, states, cotangents)
+        if kernel is not None:
+            return backward_kernel.gradients(self, kernel, arrays, states, cotangents, needed)
         dtype = next(iter(states.values())).dtype
         work = {n: (x.to(dtype) if x.dtype != dtype else x) for n, x in arrays.items()}
         cots = {o: (g.to(dtype) if g.dtype != dtype else g) for o, g in cotangents.items()}

@@ -190,8 +190,9 @@ class Options:
     #: one of PARAM_ROWS
     param_rows: str = "auto"
     #: the recurrence's fused backward kernel instead of its forward
-    #: (:mod:`explorer.passes.backward`)
-    backward: bool = False
+    #: (:mod:`explorer.passes.backward`): True, or "readouts" (a loss of the readouts alone:
+    #: the states' cotangents not read)
+    backward: bool | str = False
     #: one of WARP_SWEEPS
     warp_sweeps: str = "auto"
     #: one of SHORT_TILES, or "<threads>x<elements>" (see SHORT_TILES)
@@ -380,11 +381,11 @@ def validate(strategy: str = "blelloch", target: str = "cuda", **options: Any) -
 
 
 def _backward(options: dict[str, Any], target: str, dtype: str, reverse: bool,
-              varlen: bool) -> bool:
+              varlen: bool) -> bool | str:
     """``backward`` checked: a float32 GPU compile of a forward scan."""
     value = options.get("backward", False)
-    if not isinstance(value, bool):
-        raise OptionError(f"backward must be True or False, got {value!r:.40}")
+    if not isinstance(value, bool) and value != "readouts":
+        raise OptionError(f"backward must be True, False or 'readouts', got {value!r:.40}")
     if value and (target != "cuda" or dtype != "float32" or reverse or varlen
                   or options.get("read_offsets")):
         raise OptionError("backward=True compiles the fused backward of a forward scan for the "

@@ -48,7 +48,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "segments": ("argument", "reset"),
     "read": ("input", "offset"),
     "recompute": ("state", "saved", "every"),
-    "adjoint": ("state", "tree"),
+    "adjoint": ("state", "tree", "c"),
     "gradient": ("target", "of", "over", "expr"),
 }
 

@@ -91,7 +91,7 @@ def make_plan(state: ScanState) -> Any:
         affine = scan.ops(module_op, "affine")
         if len(affine) != 1 or state.form is None:
             raise ValueError("scan-plan runs after scan-decompose (one scan.affine)")
-        fa = derived(state.form)
+        fa = derived(state.form, reads_states(state.options.backward))
         threads, elements = state.backward_tile
         plan = BackwardPlan(threads, elements, fa)
         last = scan.ops(module_op)[-1]
@@ -104,7 +104,8 @@ def make_plan(state: ScanState) -> Any:
                                       "active": sw.active, "via": sw.via})
             scan.create("recompute", {"state": fa.state, "saved": fa.saved,
                                       "every": plan.tile})
-            scan.create("adjoint", {"state": f"lam_{fa.state}", "tree": "suffix"})
+            scan.create("adjoint", {"state": f"lam_{fa.state}", "tree": "suffix",
+                                    "c": str(fa.inject)})
             for g in fa.gradients:
                 scan.create("gradient", {"target": g.target, "of": g.of, "over": g.over,
                                          "expr": g.expr()})
@@ -141,8 +142,12 @@ def read_plan(module_op: Any, fa: FusedAdjoint) -> BackwardPlan:
         raise CompileError(f"the plan recomputes every {rec['every']} steps from "
                            f"{rec['saved']!r}; the lowering recomputes a tile of "
                            f"{threads * elements} steps from {fa.saved!r}")
-    if one("adjoint")["tree"] != "suffix":
+    adjoint = one("adjoint")
+    if adjoint["tree"] != "suffix":
         raise CompileError("the backward's adjoint is lowered as a suffix tree only")
+    if adjoint["c"] != str(fa.inject):
+        raise CompileError(f"the plan's adjoint reads c[t] = {adjoint['c']}; the lowering "
+                           f"derives c[t] = {fa.inject} for these options")
     got = [(a["target"], a["of"], a["over"], a["expr"])
            for a in map(scan.attrs, scan.ops(module_op, "gradient"))]
     want = [(g.target, g.of, g.over, g.expr()) for g in fa.gradients]
@@ -159,7 +164,7 @@ def make_lower(state: ScanState) -> Any:
 
         if state.form is None:
             raise ValueError("scan-lower runs after scan-decompose and scan-plan")
-        plan = read_plan(module_op, derived(state.form))
+        plan = read_plan(module_op, derived(state.form, reads_states(state.options.backward)))
         state.plan = plan
         state.built = build(module_op, plan.adjoint, plan.threads, plan.elements,
                             term_locations(state.recurrence))
@@ -167,16 +172,24 @@ def make_lower(state: ScanState) -> Any:
     return run
 
 
-def backward_plan_from_dict(raw: Any, form: Any, kernels: list[dict[str, Any]]) -> BackwardPlan:
+def reads_states(backward: Any) -> bool:
+    """Whether a backward compile's kernel reads the states' cotangents (``backward=True``;
+    not ``"readouts"``)."""
+    return backward is True
+
+
+def backward_plan_from_dict(raw: Any, form: Any, kernels: list[dict[str, Any]],
+                            states: bool = True) -> BackwardPlan:
     """A record's backward plan (``{"backward": [threads, elements]}``), checked against its
-    kernel's block; the terms derived from the recurrence again (ValueError if malformed)."""
+    kernel's block; the terms derived from the recurrence again (ValueError if malformed).
+    ``states``: see :func:`reads_states`."""
     tile = raw.get("backward") if isinstance(raw, dict) else None
     if not (isinstance(tile, list) and len(tile) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in tile)):
         raise ValueError("the record's backward plan is malformed")
     try:
         check_tile(*tile)
-        fa = derived(form)
+        fa = derived(form, states)
     except OptionError as err:
         raise ValueError(f"the record's backward plan: {err}") from None
     blocks = [k.get("block") for k in kernels]

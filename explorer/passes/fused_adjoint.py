@@ -120,30 +120,32 @@ def _fresh(name: str, taken: set[str]) -> str:
     return name
 
 
-_DERIVED: dict[str, FusedAdjoint | str] = {}
+_DERIVED: dict[tuple[str, bool], FusedAdjoint | str] = {}
 
 
-def supported(form: AffineForm) -> str | None:
-    """Why the fused backward cannot take ``form``, or None (derived once per recurrence)."""
-    hit = _DERIVED.get(form.recurrence.text)
+def supported(form: AffineForm, states: bool = True) -> str | None:
+    """Why the fused backward cannot take ``form``, or None (derived once per recurrence and
+    ``states``, see :func:`derive`)."""
+    key = (form.recurrence.text, states)
+    hit = _DERIVED.get(key)
     if hit is None:
         try:
-            hit = derive(form)
+            hit = derive(form, states)
         except OptionError as err:
             hit = str(err)
         if len(_DERIVED) > 256:
             _DERIVED.clear()
-        _DERIVED[form.recurrence.text] = hit
+        _DERIVED[key] = hit
     return hit if isinstance(hit, str) else None
 
 
-def derived(form: AffineForm) -> FusedAdjoint:
+def derived(form: AffineForm, states: bool = True) -> FusedAdjoint:
     """:func:`derive`, once per recurrence (what a backward call reads: sympy's derivation
     takes milliseconds)."""
-    why = supported(form)
+    why = supported(form, states)
     if why is not None:
         raise OptionError(why)
-    hit = _DERIVED[form.recurrence.text]
+    hit = _DERIVED[(form.recurrence.text, states)]
     assert isinstance(hit, FusedAdjoint)
     return hit
 
@@ -158,9 +160,11 @@ def _unsupported(form: AffineForm) -> str | None:
     return None
 
 
-def derive(form: AffineForm) -> FusedAdjoint:
+def derive(form: AffineForm, states: bool = True) -> FusedAdjoint:
     """The backward kernel's terms for ``form`` (refused with an :class:`OptionError` where the
-    fused backward does not apply)."""
+    fused backward does not apply). ``states``: the loss reads the states too, so ``c_t`` adds
+    their cotangent (an argument); without, only the readouts' (a loss of the readouts alone:
+    no state cotangent is read, ``backward="readouts"``)."""
     why = _unsupported(form)
     if why is not None:
         raise OptionError(why)
@@ -178,7 +182,12 @@ def derive(form: AffineForm) -> FusedAdjoint:
     h, hp = state_symbol(state, 0), state_symbol(state, 1)
     lanes = set(rec.lane_names)
     gy = {r: sympy.Symbol(cot[r], real=True) for r in rec.readouts}
-    inject = sympy.Symbol(cot[state], real=True) + sum(
+    if not states:
+        if not rec.readouts:
+            raise OptionError("backward='readouts' takes the readouts' cotangents alone; this "
+                              "recurrence has no readouts (backward=True reads its states')")
+        cot.pop(state)
+    inject = (sympy.Symbol(cot[state], real=True) if states else sympy.Integer(0)) + sum(
         (gy[r] * lane_diff(form.readouts[r], h, True) for r in rec.readouts), sympy.Integer(0))
     if inject.atoms(LaneSum):
         raise OptionError("the fused backward takes readouts linear in their sums over the "

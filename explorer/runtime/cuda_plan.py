@@ -151,6 +151,13 @@ class LaunchPlan:
     poison: bool = False
     #: the CUDA context the plan was built in (its device's primary context)
     context: int = 0
+    #: the outputs as views of one float32 allocation (a fused backward's gradients: one
+    #: allocation and one memset a call, not one of each per output): the sizes its ``split``
+    #: cuts it into (the outputs and the gaps that align each to 128 bytes), each output's
+    #: piece, and the floats zeroed at its start (the outputs added into, placed first)
+    pool: list[int] = field(default_factory=list)
+    pieces: dict[str, int] = field(default_factory=dict)
+    pool_zero: int = 0
     #: held from the first copy to the last launch of a call: calls of one plan from several
     #: threads enqueue their copies, resets and launches one call after the other
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -262,6 +269,8 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
         from cupy.cuda import driver
 
         plan.context = int(driver.ctxGetCurrent())
+        if kernel.artifact.options.get("backward") and not plan.poison:
+            _pooled(plan)
         if C * N == 0 or length == 0:
             return plan
         values = call_sizes(kernel.artifact, C, N, length, time_chunk)
@@ -327,6 +336,32 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
     return plan
 
 
+#: floats each pooled output is aligned to (128 bytes)
+POOL_ALIGN = 32
+
+
+def _pooled(plan: LaunchPlan) -> None:
+    """Lay the outputs of ``plan`` out in one allocation (see ``LaunchPlan.pool``), the
+    outputs added into first; left as they are unless every output is float32."""
+    import torch
+
+    if any(d != torch.float32 for d in plan.out_dtypes.values()) or not plan.outputs:
+        return
+    order = sorted(plan.outputs, key=lambda n: n not in plan.added)
+    at = 0
+    for name in order:
+        gap = -at % POOL_ALIGN
+        if gap:
+            plan.pool.append(gap)
+            at += gap
+        plan.pieces[name] = len(plan.pool)
+        n = math.prod(plan.outputs[name])
+        plan.pool.append(n)
+        at += n
+        if name in plan.added:
+            plan.pool_zero = at
+
+
 def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...], N: int,
              length: int, shared: list[str], C: int, modded: list[str] | None = None
              ) -> tuple[list[_Layout], dict[str, int], dict[str, int]]:
@@ -383,7 +418,15 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     outs = {}
     out_ptrs = []
     zero: list[tuple[int, int]] = []
-    for name, shown in plan.outputs.items():
+    if plan.pool:
+        parts = torch.empty(sum(plan.pool), dtype=torch.float32, device=tdev).split(plan.pool)
+        for name, shown in plan.outputs.items():
+            t = parts[plan.pieces[name]].view(shown)
+            outs[name] = t
+            out_ptrs.append(t.data_ptr())
+        if plan.pool_zero:
+            zero.append((parts[0].data_ptr(), plan.pool_zero * 4))
+    for name, shown in (() if plan.pool else plan.outputs.items()):
         dtype = plan.out_dtypes[name]
         # allocated in the shape returned: the same contiguous memory as the kernels' side
         t = (torch.full(shown, float("nan"), dtype=dtype, device=tdev)

@@ -96,6 +96,7 @@ def kernel_applies(text: str) -> bool:
 def build(folder: Path) -> None:
     """Compile forward and adjoint of every case for CUDA and write their records."""
     import explorer as ex
+    from explorer.frontend.recurrence import Recurrence as Parsed
 
     folder.mkdir(parents=True, exist_ok=True)
     index = {}
@@ -110,10 +111,13 @@ def build(folder: Path) -> None:
         bwd.dump(folder / f"{i}-adjoint.json.gz")
         index[_key(text, options)] = [f"{i}-forward.json.gz", f"{i}-adjoint.json.gz"]
         if kernel_applies(text) and not lane:
-            # the fused backward kernel, which the op runs for these by default
-            ex.compile(text, target="cuda", strategy=strategy, backward=True).dump(
-                folder / f"{i}-backward.json.gz")
-            index[_key(text, options)].append(f"{i}-backward.json.gz")
+            # the fused backward kernels, which the op runs for these by default (a loss of
+            # the readouts alone: the "readouts" one)
+            kinds = (True, "readouts") if Parsed.parse(text).readouts else (True,)
+            for j, which in enumerate(kinds):
+                ex.compile(text, target="cuda", strategy=strategy, backward=which).dump(
+                    folder / f"{i}-backward{j}.json.gz")
+                index[_key(text, options)].append(f"{i}-backward{j}.json.gz")
         print(f"built {name}")
     (folder / "index.json").write_text(json.dumps(index, indent=1))
 
@@ -183,7 +187,8 @@ def _cuda_grads(op: Any, rec: Recurrence, arrays: dict[str, np.ndarray],
     out = out if isinstance(out, dict) else {(rec.states + rec.readouts)[0]: out}
     for v in out.values():
         assert v.is_cuda
-    loss = sum((out[k] * cot[k].to("cuda", torch.float32)).sum() for k in out)
+    # the outputs the cotangents name (a loss of some outputs: the others get no gradient)
+    loss = sum((out[k] * cot[k].to("cuda", torch.float32)).sum() for k in out if k in cot)
     loss.backward()
     return {k: v.grad.cpu() for k, v in leaves.items()}
 
@@ -432,24 +437,32 @@ KERNEL_CASES = [c for c in CASES if c[2] == DEFAULT and kernel_applies(c[1])]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("loss", ["every output", "readouts"])
 @pytest.mark.parametrize("length", [37, 300, 4500])
 @pytest.mark.parametrize("case_id, text, options", KERNEL_CASES,
                          ids=[c[0] for c in KERNEL_CASES])
 def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options: dict[str, Any],
-                                                length: int, monkeypatch: Any):
+                                                length: int, loss: str, monkeypatch: Any):
     """The fused backward kernel (the default backward of these on CUDA; ``fuse_backward=
     "kernel"`` here): every gradient, the
     initial states' included, against torch autograd through the float64 loop; one tile, one
     ragged tile, three tiles (the states recomputed from the saved ones), B and C shared by
-    the channels of a batch row where the recurrence has them; the adjoint scan never runs."""
+    the channels of a batch row where the recurrence has them; the adjoint scan never runs.
+    A loss of every output runs the ``backward=True`` kernel, one of the readouts alone the
+    ``"readouts"`` one. Twice, the second time with other cotangents through the call bound
+    by the first (its launch plan and sums kept, the tensors new)."""
     from explorer.torch_runner import Runner
+    from tests.unit.test_fused_adjoint import _readouts_grads
 
     rec = Recurrence.parse(text)
+    if loss == "readouts" and not rec.readouts:
+        pytest.skip("no readouts")
     arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=length)
     for name in ("B", "C"):
         if name in arrays:
             arrays[name] = np.ascontiguousarray(arrays[name][:, :1])
-    cot, ref = _reference_grads(rec, arrays, h0)
+    cot, ref = (_reference_grads if loss == "every output" else _readouts_grads)(
+        rec, arrays, h0)
     op = _op(text, options)
     calls: list[int] = []
     runner_call = Runner.__call__
@@ -462,12 +475,15 @@ def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options
     policy = op.fuse_backward
     try:
         op.fuse_backward = "kernel"
-        ours = _cuda_grads(op, rec, arrays, h0, cot)
+        for scale in (1.0, -2.5):
+            ours = _cuda_grads(op, rec, arrays, h0, {k: v * scale for k, v in cot.items()})
+            errors = {k: _rel(ours[k], ref[k] * scale) for k in ref}
+            assert max(errors.values()) < (KERNEL_TOL if length < 1000 else LONG_TOL), errors
     finally:
         op.fuse_backward = policy
-    assert not calls and ("backward", "cuda") in op._compiles
-    errors = {k: _rel(ours[k], ref[k]) for k in ref}
-    assert max(errors.values()) < (KERNEL_TOL if length < 1000 else LONG_TOL), errors
+    which = "True" if loss == "every output" else "readouts"
+    assert not calls and ("backward", which) in op._compiles
+    assert op.bindings.kept   # the call was bound
     assert {k: tuple(v.shape) for k, v in ours.items()} == {
         k: tuple(v.shape) for k, v in {**arrays, **h0}.items()}
 

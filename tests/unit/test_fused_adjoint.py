@@ -15,7 +15,7 @@ from explorer.errors import CompileError, OptionError
 from explorer.frontend.recurrence import Recurrence
 from explorer.passes.affine import decompose
 from explorer.passes.fused_adjoint import derive, run_model, supported
-from tests.unit.test_autodiff import _inputs, _reference_grads, _rel
+from tests.unit.test_autodiff import _inputs, _reference_grads, _rel, torch_reference
 
 #: diagonal recurrences the fused backward takes (the GPU tests' KERNEL_ONLY besides presets)
 TEXTS = {
@@ -60,11 +60,25 @@ def _canonical(rec: Recurrence, arrays: dict[str, np.ndarray], C: int, N: int
 def test_the_kernels_algorithm_gives_torch_autograds_gradients(name: str, tile: int):
     """Tiles of 8 steps (five, the last ragged) and of 64 (one): every gradient, the initial
     state's and the parameters' (summed over the channels that share them) included."""
-    text = TEXTS[name]
+    _model_against_autograd(TEXTS[name], tile, states=True)
+
+
+@pytest.mark.parametrize("name", [n for n in TEXTS if n != "diagonal, no readout"])
+def test_the_readouts_kernels_algorithm_gives_the_gradients_of_a_loss_of_its_readouts(name):
+    """``backward="readouts"``: c[t] without the states' cotangent, none read; the gradients
+    of a loss of the readouts alone."""
+    fa = _model_against_autograd(TEXTS[name], 8, states=False)
+    assert fa.state not in fa.cotangents and "grad_h" not in str(fa.inject)
+
+
+def _model_against_autograd(text: str, tile: int, states: bool) -> object:
     rec = Recurrence.parse(text)
-    fa = derive(decompose(rec))
+    fa = derive(decompose(rec), states)
     arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=37)
-    cot, ref = _reference_grads(rec, arrays, h0)
+    if states:
+        cot, ref = _reference_grads(rec, arrays, h0)
+    else:
+        cot, ref = _readouts_grads(rec, arrays, h0)
     C, N = 6, 4
     given = _canonical(rec, {**arrays, **h0}, C, N)
     f = ex.compile(text, target="cpu", outputs="all").torch()
@@ -83,6 +97,20 @@ def test_the_kernels_algorithm_gives_torch_autograds_gradients(name: str, tile: 
         else:
             want = np.broadcast_to(want, (2, 3, *want.shape[2:])).reshape(mine.shape)
         assert _rel(np.asarray(mine), np.asarray(want, dtype=np.float64)) < 1e-10, g.target
+    return fa
+
+
+def _readouts_grads(rec: Recurrence, arrays: dict[str, np.ndarray], h0: dict[str, np.ndarray]
+                    ) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+    """(cotangents, gradients) of a loss of the readouts alone, through the float64 loop."""
+    leaves = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+              for k, v in {**arrays, **h0}.items()}
+    out = torch_reference(rec, {k: leaves[k] for k in arrays}, {k: leaves[k] for k in h0})
+    gen = torch.Generator().manual_seed(11)
+    cot = {k: torch.randn(out[k].shape, dtype=torch.float64, generator=gen)
+           for k in rec.readouts}
+    sum((out[k] * cot[k]).sum() for k in cot).backward()
+    return cot, {k: v.grad.numpy() for k, v in leaves.items()}
 
 
 def test_the_terms_are_the_recurrences_and_read_h_at_the_step_before():
@@ -110,7 +138,7 @@ def test_what_the_fused_backward_refuses(text: str, why: str):
 @pytest.mark.parametrize("options, what", [
     ({"target": "cpu"}, "target='cuda'"),
     ({"reverse": True}, "no reverse"),
-    ({"backward": "yes"}, "True or False"),
+    ({"backward": "yes"}, "True, False or .readouts."),
     ({"dtype": "bfloat16"}, "float32"),
 ])
 def test_the_option_is_checked(options: dict, what: str):
@@ -128,8 +156,8 @@ def backward_compile():
 def test_the_plan_is_in_the_ir_and_the_kernel_writes_every_gradient(backward_compile):
     c = backward_compile
     plan = c.stages["plan"].text
-    for op in ('"scan.recompute"() {every = 512', '"scan.adjoint"() {state = "lam_h", tree = '
-               '"suffix"}', 'target = "grad_A"'):
+    for op in ('"scan.recompute"() {every = 512', '"scan.adjoint"() {c = "C*grad_y + grad_h", '
+               'state = "lam_h", tree = "suffix"}', 'target = "grad_A"'):
         assert op in plan
     assert c.outputs == ("grad_dt", "grad_B", "grad_x", "grad_C", "grad_A", "grad_D", "grad_h0")
     (kernel,) = c.kernels
@@ -188,6 +216,33 @@ def test_a_record_keeps_the_tile_and_refuses_another(backward_compile, tmp_path)
     bad.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n" + body))
     with pytest.raises(ValueError, match="disagrees"):
         load_compiled(bad)
+
+
+def test_the_readouts_compile_reads_no_state_cotangent_and_its_record_says_so(tmp_path):
+    from mlir.ir import Context, Module
+
+    from explorer.compiler import load_compiled
+    from explorer.dialect import scan
+    from explorer.passes.backward import read_plan
+
+    c = ex.compile(ex.PRESETS["selective scan"], target="cuda", backward="readouts")
+    assert '"scan.adjoint"() {c = "C*grad_y", state = "lam_h"' in c.stages["plan"].text
+    args = [a["name"] for a in c.kernels[0]["args"] if a["role"] == "input"]
+    assert "grad_y" in args and "grad_h" not in args
+    assert c.outputs[-1] == "grad_h0" and "grad_h" not in c.ptx
+    back = load_compiled(c.dump(tmp_path / "r.json.gz"))
+    assert back.options["backward"] == "readouts"
+    assert str(back.scan_plan.adjoint.inject) == "C*grad_y"
+    # a plan whose adjoint reads another c[t] than the options' is refused
+    ir = next(p.ir for p in c.passes if p.name == "scan-plan")
+    edited = ir.replace('c = "C*grad_y"', 'c = "C*grad_y + grad_h"')
+    assert edited != ir
+    with Context() as ctx:
+        scan.load(ctx)
+        with pytest.raises(CompileError, match="adjoint reads c"):
+            read_plan(Module.parse(edited).operation, back.scan_plan.adjoint)
+    with pytest.raises(OptionError, match="no readouts"):
+        ex.compile(TEXTS["diagonal, no readout"], target="cuda", backward="readouts")
 
 
 def test_the_kernel_policy_keeps_the_formulas_on_the_cpu():

@@ -71,3 +71,36 @@ def test_packed_arguments_reach_the_launch(launches: list[dict[str, Any]],
     assert first["f"] == 0xF00D and first["grid"] == (12288, 1, 1)
     assert first["block"] == (128, 1, 1) and first["smem"] == 4096
     assert (first["stream"], second["stream"]) == (77, 78) and first["extra"] == 0
+
+
+def test_a_backwards_gradients_share_one_allocation_added_ones_first():
+    """A fused backward's plan lays its outputs out in one allocation (``_pooled``): each
+    output aligned to 128 bytes, those the kernel adds into first and all of them inside the
+    zeroed start, the others after it; with an output of another dtype it stays as it was."""
+    import math
+
+    torch = pytest.importorskip("torch")
+    from explorer.runtime.cuda_plan import POOL_ALIGN, LaunchPlan, _pooled
+
+    outputs = {"grad_dt": (2, 3, 37), "grad_B": (2, 1, 4, 37), "grad_A": (2, 3, 4),
+               "grad_C": (2, 1, 4, 37), "grad_D": (2, 3)}
+    plan = LaunchPlan(C=6, N=4, L=37, batch=(2, 3), device=0, stream=0, layouts=[],
+                      outputs=outputs, out_dtypes=dict.fromkeys(outputs, torch.float32))
+    plan.added = {"grad_B", "grad_C"}
+    _pooled(plan)
+    parts = torch.zeros(sum(plan.pool)).split(plan.pool)
+    starts = {}
+    for name, shape in outputs.items():
+        piece = plan.pieces[name]
+        assert parts[piece].view(shape).shape == shape     # the whole output, its own piece
+        starts[name] = sum(plan.pool[:piece])
+        assert starts[name] % POOL_ALIGN == 0
+    for name in plan.added:
+        assert starts[name] + math.prod(outputs[name]) <= plan.pool_zero
+    assert all(starts[n] >= plan.pool_zero for n in outputs if n not in plan.added)
+    assert len(set(plan.pieces.values())) == len(outputs)
+    other = LaunchPlan(C=6, N=4, L=37, batch=(2, 3), device=0, stream=0, layouts=[],
+                       outputs=dict(outputs), out_dtypes={**plan.out_dtypes,
+                                                          "grad_D": torch.bfloat16})
+    _pooled(other)
+    assert other.pool == [] and other.pool_zero == 0
