@@ -14,7 +14,9 @@ For the affine scan ``h[t] = a[t] * h[t-1] + b[t]`` and the Mamba selective scan
 backward of ``compile(text).torch()`` is compared with torch autograd through torch's
 ``associative_scan`` and, for the affine scan, accelerated-scan's backward.  Methods:
 
-- ``ours``: the op in eager mode as it runs by default (``fuse_backward="auto"``): the adjoint
+- ``ours``: the op in eager mode as it runs by default (``fuse_backward="auto"``): for the
+  selective scan the fused backward kernel (``backward="readouts"``: the loss reads ``y``);
+  otherwise the adjoint
   scan (our kernel, ``reverse=True``), then the gradient formulas, fused by inductor for a
   vector recurrence on the GPU from the second backward of a shape (the compile falls in the
   timing's warm-up), for a scalar one traced once per shape and replayed from the second
@@ -40,7 +42,9 @@ backward of ``compile(text).torch()`` is compared with torch autograd through to
   ``csrc/selective_scan`` at benchmark time with torch's extension builder, float32 and sm_90
   only (the binding's dtype dispatch cut to float32 in the build folder; about 90 s on 16
   cores), called through an autograd function as mamba-ssm's ``SelectiveScanFn`` does (no z,
-  no delta bias, no softplus: the preset).
+  no delta bias, no softplus: the preset). ``--mamba-module SO`` imports the module such a
+  build left in its ``--mamba-build`` folder (``selective_scan_fp32*.so``) instead of building
+  it again (the same machine image: torch's ABI).
 
 A method whose setup (compiles included) outlasts ``--setup-limit`` seconds is skipped.
 
