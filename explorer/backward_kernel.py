@@ -20,8 +20,6 @@ gradients and launches.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,24 +68,11 @@ class _Bound:
     grads: list[tuple[str, str, tuple[int, ...], list[int]]] = field(default_factory=list)
 
 
-class Bindings:
-    """The bound signatures of one operator (see the module docstring)."""
+def bindings() -> Any:
+    """The bound signatures of one operator (see the module docstring), at most :data:`KEPT`."""
+    from explorer.runtime.cuda_plan import PlanCache
 
-    def __init__(self) -> None:
-        self.kept: OrderedDict[tuple[Any, ...], _Bound] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> _Bound | None:
-        hit = self.kept.get(key)
-        if hit is not None:
-            self.kept.move_to_end(key)
-        return hit
-
-    def put(self, key: tuple[Any, ...], bound: _Bound) -> None:
-        with self.lock:
-            self.kept[key] = bound
-            while len(self.kept) > KEPT:
-                self.kept.popitem(last=False)
+    return PlanCache(KEPT)
 
 
 def _key(states_read: bool, arrays: dict[str, Any], states: dict[str, Any],
@@ -115,7 +100,7 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     h = next(iter(states.values()))
     if h.shape[-1] == 0 or h.numel() == 0:   # nothing to launch: every gradient is zero
         return {name: torch.zeros_like(arrays[name]) for name in needed}
-    table: Bindings = op.bindings
+    table = op.bindings
     key = _key(states_read, arrays, states, cotangents, needed)
     bound = table.get(key)
     if bound is None:

@@ -119,7 +119,7 @@ def torch_op(compiled: Compiled, adjoint: Compiled | None = None,
                              f"({adjoint.recurrence.text!r})")
         with op._compile_lock:
             op._compiles[("backward", str(adjoint.options["backward"]))] = adjoint
-            op.bindings = backward_kernel.Bindings()   # calls bound to another kernel
+            op.bindings = backward_kernel.bindings()   # calls bound to another kernel
         adjoint = None
     if adjoint is not None:
         if adjoint.recurrence.text != op.backward.text or not adjoint.options.get("reverse"):
@@ -165,7 +165,7 @@ class RecurrenceOp:
         self._no_kernel = False
         self.fused = FusedBackward(self)
         #: the fused backward kernel's calls, bound per signature
-        self.bindings = backward_kernel.Bindings()
+        self.bindings = backward_kernel.bindings()
         key = compiled.key + ("_lane" if lane_gradients else "")
         forward = _Runner(self.specs, self.reverse, self._forward_for)
         adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for,

@@ -390,22 +390,24 @@ def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...
 
 
 class PlanCache:
-    """The plans of one kernel, most recently used last."""
+    """The plans of one kernel (or what else is bound per call signature), most recently used
+    last, at most ``limit``."""
 
-    def __init__(self) -> None:
-        self.plans: OrderedDict[tuple[Any, ...], LaunchPlan] = OrderedDict()
+    def __init__(self, limit: int = MAX_PLANS) -> None:
+        self.plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.lock = threading.Lock()
+        self.limit = limit
 
-    def get(self, key: tuple[Any, ...]) -> LaunchPlan | None:
+    def get(self, key: tuple[Any, ...]) -> Any:
         plan = self.plans.get(key)
         if plan is not None:
             self.plans.move_to_end(key)
         return plan
 
-    def put(self, key: tuple[Any, ...], plan: LaunchPlan) -> None:
+    def put(self, key: tuple[Any, ...], plan: Any) -> None:
         with self.lock:
             self.plans[key] = plan
-            while len(self.plans) > MAX_PLANS:
+            while len(self.plans) > self.limit:
                 self.plans.popitem(last=False)
 
 

@@ -483,7 +483,7 @@ def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options
         op.fuse_backward = policy
     which = "True" if loss == "every output" else "readouts"
     assert not calls and ("backward", which) in op._compiles
-    assert op.bindings.kept   # the call was bound
+    assert op.bindings.plans   # the call was bound
     assert {k: tuple(v.shape) for k, v in ours.items()} == {
         k: tuple(v.shape) for k, v in {**arrays, **h0}.items()}
 
