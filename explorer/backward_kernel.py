@@ -4,8 +4,9 @@ With ``fuse_backward="auto"`` (the default) or ``"kernel"``, where it applies (a
 recurrence scanned forwards, readouts summed over the lanes, float32 CUDA tensors,
 :func:`explorer.passes.fused_adjoint.supported`), the operator's backward is this one kernel:
 it reads the tensors the forward saved (the inputs, parameters and the states) and the output
-gradients, and writes every gradient; no adjoint ``lam`` is laid out, and no formula runs after
-it but the sums of the parameters' per-channel gradients over the channels that share them.
+gradients, and writes every gradient; no adjoint ``lam`` is laid out and no formula runs after
+it (a parameter given for trailing batch axes alone gets its gradient in its own rows; one
+given otherwise, per channel, summed after).
 Where the loss reads the readouts alone (no state has a gradient, the usual case) the kernel is
 the ``backward="readouts"`` compile, which reads no state cotangent; else the
 ``backward=True`` one. An output the loss does not read gets zeros (a tensor kept with the
@@ -64,8 +65,11 @@ class _Bound:
     cotangents: dict[str, str]
     #: kernel output -> the batch axes summed after it (lane readouts not summed inside)
     after: dict[str, list[int]]
-    #: (argument, kernel output, leading axes summed, then axes summed keeping them)
-    grads: list[tuple[str, str, tuple[int, ...], list[int]]] = field(default_factory=list)
+    #: (argument, kernel output, leading axes summed, then axes summed keeping them); the
+    #: axes are None for a parameter whose rows the kernel added into (the output's first
+    #: rows are its gradient, in its shape)
+    grads: list[tuple[str, str, tuple[int, ...] | None, list[int]]] = field(
+        default_factory=list)
 
 
 def bindings() -> Any:
@@ -119,6 +123,9 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     res: dict[str, Any] = {}
     for name, target, lead, keep in bound.grads:
         x = outs[target]
+        if lead is None:
+            res[name] = x.view(-1)[:arrays[name].numel()].view(arrays[name].shape)
+            continue
         if lead:
             x = x.sum(dim=lead)
         res[name] = x.sum(dim=keep, keepdim=True) if keep else x
@@ -183,6 +190,9 @@ def _bind(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any]
     for g in fa.gradients:
         if g.of not in needed:
             continue
+        if g.over in ("time", "all") and _added_into_rows(g, arrays[g.of], plan.batch):
+            bound.grads.append((g.of, g.target, None, []))
+            continue
         shown = plan.outputs[g.target]
         if g.target in after:
             shown = tuple(1 if i in after[g.target] else k for i, k in enumerate(shown))
@@ -194,6 +204,17 @@ def _bind(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any]
         keep = [i for i, k in enumerate(want) if k == 1 and rest[i] != 1]
         bound.grads.append((g.of, g.target, tuple(range(lead)), keep))
     return bound
+
+
+def _added_into_rows(g: Any, x: Any, batch: tuple[int, ...]) -> bool:
+    """Whether the kernel added a parameter's gradient into the parameter's own rows (it is
+    given for trailing batch axes alone: the channels read row ``c % rows``, the first rows of
+    the output are its gradient); otherwise the output is per channel, summed after."""
+    from explorer.runtime.shapes import ArgSpec, _full_shape, kept_rows
+
+    own = _full_shape(ArgSpec(g.of, False, g.over == "time"), tuple(x.shape), batch)
+    _, _, mod = kept_rows(g.of, own[:len(batch)], batch, (), (g.of,))
+    return mod is not None
 
 
 def _unbound(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any],

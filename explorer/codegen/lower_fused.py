@@ -15,7 +15,8 @@ For each tile and lane (a loop over n) the block
 3. adds each step's gradient terms where the plan says (``scan.gradient {over}``): sums over the
    lanes in registers (stored per step after the lanes), per-lane terms through shared memory
    into coalesced ``red.global.add`` (rows shared by channels), sums over time per lane by warp
-   shuffles (a value per channel and lane), over time and lanes per channel.
+   shuffles and over time and lanes, each added by the block into the parameter's row its
+   channel reads (``c % rows``: one row for the channels that share it, zeroed before).
 
 Three barriers a lane: after the forward's warp totals, after the adjoint's, after the terms
 put into shared memory. The adjoint's carry between tiles (``mu`` at the tile's first step) is
@@ -94,8 +95,10 @@ def backward_args(fa: Any) -> list[dict[str, Any]]:
             arg(g.target, "output", True, True, reset=True)
         elif g.over == "lanes":
             arg(g.target, "output", True, False)
-        else:
-            arg(g.target, "output", False, g.over in ("time", "first"))
+        elif g.over == "first":
+            arg(g.target, "output", False, True)
+        else:   # a parameter's: added into the row of its channel (zeroed first)
+            arg(g.target, "output", False, g.over == "time", reset=True)
     for name in ("C", "N", "L"):
         out.append({"name": name, "role": "size", "timed": False, "lane": False,
                     "dtype": "int64"})
@@ -195,6 +198,7 @@ class _Kernel:
         self.rec = fa.form.recurrence
         self.lanes = set(self.rec.lane_names)
         self.row_base: dict[str, Value] = {}
+        self.prow: dict[str, Value] = {}
 
     # -- indices -----------------------------------------------------------------------------
     def lane_row(self, name: str, c: Value, n: Value) -> Value:
@@ -207,8 +211,17 @@ class _Kernel:
             base = mul_i(mul_i(r, self.N), self.L)
         return add_i(base, mul_i(n, self.L))
 
-    def param(self, name: str, c: Value, n: Value) -> Value:
-        r = arith.remui(c, self.row_mod[name]) if name in self.row_mod else c
+    def param_row(self, name: str) -> Value:
+        """The row of parameter ``name`` the block's channel reads (its remainder by the row
+        modulus, made once a kernel)."""
+        r = self.prow.get(name)
+        if r is None:
+            r = arith.remui(self.c, self.row_mod[name]) if name in self.row_mod else self.c
+            self.prow[name] = r
+        return r
+
+    def param(self, name: str, n: Value) -> Value:
+        r = self.param_row(name)
         i = add_i(mul_i(r, self.N), n) if name in self.lanes else r
         return memref.load(self.arrays[name], [i])
 
@@ -218,6 +231,8 @@ class _Kernel:
         tid = gpu.thread_id(gpu.Dimension.x)
         c = gpu.block_id(gpu.Dimension.x)
         self.tid, self.c = tid, c
+        for p in self.rec.params:   # every parameter's row, at the kernel's start
+            self.param_row(p)
         self.lane_id = arith.remui(tid, ci(WARP))
         self.warp = arith.divui(tid, ci(WARP))
         nch = ceil_div(self.L, ci(T))
@@ -256,12 +271,15 @@ class _Kernel:
             accs = self.after_lanes(c, t0, chan, valid, sums, nsum, accs)
             return accs
         accs = for_loop(ci(0), nch, ci(1), chunk, [cf(0.0)] * len(alls))
-        # the channel's parameters: the block's sum, stored by thread 0
+        # the channel's parameters: the block's sum, added by thread 0 into the parameter's
+        # row of the channel (the channels that share it add into one)
         for q, g in enumerate(alls):
             total = self.block_sum(accs[q], 0)
+            row = self.param_row(g.of)
 
-            def put(total: Value = total, dst: Value = self.arrays[g.target]) -> None:
-                memref.store(total, dst, [c])
+            def put(total: Value = total, dst: Value = self.arrays[g.target],
+                    at: Value = row) -> None:
+                memref.atomic_rmw(arith.AtomicRMWKind.addf, total, dst, [at])
             if_then(arith.cmpi(arith.CmpIPredicate.eq, tid, ci(0)), put)
 
     def emitter(self, values: dict[str, Value], sums: dict[sympy.Expr, Value] | None = None
@@ -280,7 +298,7 @@ class _Kernel:
         last = arith.subi(self.L, ci(1))
         loaded = tile_loads(streams, tid, t0, last, E, self.bs, VECTOR, direct=True,
                             aligned=self.lane_aligned)
-        params = {p: self.param(p, c, n) for p in self.rec.params}
+        params = {p: self.param(p, n) for p in self.rec.params}
         env = [dict(chan[j], **params, **{x: held_value(loaded, j, q, len(lane_in), VECTOR)
                                           for q, x in enumerate(lane_in)}) for j in range(E)]
         em = [self.emitter(env[j]) for j in range(E)]
@@ -418,9 +436,9 @@ class _Kernel:
                 total = memref.load(self.red, [ci(q * self.warps)])
                 for w in range(1, self.warps):
                     total = arith.addf(total, memref.load(self.red, [ci(q * self.warps + w)]))
-                dst = self.arrays[g.target]
-                old = arith.select(lastk, zero, memref.load(dst, [carry_at]))
-                memref.store(arith.addf(old, total), dst, [carry_at])
+                # added into the lane of the parameter's row (shared by channels: one sum)
+                at = add_i(mul_i(self.param_row(g.of), self.N), n)
+                memref.atomic_rmw(arith.AtomicRMWKind.addf, total, self.arrays[g.target], [at])
         if_then(is0, lead)
         return sums + accs
 
@@ -432,7 +450,7 @@ class _Kernel:
         lanes_g, all_g = fa.by_over("lanes"), fa.by_over("all")
         vals: list[list[Value]] = []
         accs = list(accs)
-        params = {p: self.param(p, c, ci(0)) for p in self.rec.params if p not in self.lanes}
+        params = {p: self.param(p, ci(0)) for p in self.rec.params if p not in self.lanes}
         for j in range(E):
             held = {arg: sums[j * nsum + len(lanes_g) + q] for q, arg in enumerate(fa.sums)}
             e = self.emitter(dict(chan[j], **params), held)

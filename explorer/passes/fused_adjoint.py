@@ -14,9 +14,9 @@ every gradient is then a term at a step:
   readouts' terms outside their sums, stored per step (``over = "lanes"``);
 * an input with it (``B``, ``C``): a term per step and lane, added into its row by every channel
   that shares it (``over = "rows"``, coalesced atomics through shared memory);
-* a parameter with the axis n (``A``): summed over the steps, per channel and lane
-  (``over = "time"``); without it (``D``): over the steps and lanes (``over = "all"``); the
-  caller sums a parameter's rows over the channels that share them;
+* a parameter with the axis n (``A``): summed over the steps per lane (``over = "time"``);
+  without it (``D``): over the steps and lanes (``over = "all"``); each channel adds its sum
+  into the parameter's row it reads (the channels that share a row add into it);
 * the initial state: ``mu_0`` (``over = "first"``).
 
 This module derives those terms with sympy (:class:`FusedAdjoint`), writes them into the plan
@@ -106,8 +106,8 @@ class FusedAdjoint:
         for g in self.gradients:
             what = {"lanes": "summed over the lanes, a value per step",
                     "rows": "per step and lane, added into its row",
-                    "time": "summed over time, per channel and lane",
-                    "all": "summed over time and lanes, per channel",
+                    "time": "summed over time per lane, added into the parameter's row",
+                    "all": "summed over time and lanes, added into the parameter's row",
                     "first": "mu at the first step"}[g.over]
             lines.append(f"{g.target} = {g.expr()}      ({what})")
         return "\n".join(lines)

@@ -165,7 +165,8 @@ class ArgInfo:
     time_chunk: int | str | None = None
     chunk_rule: ChunkRule | None = None    # the size argument ``time_chunk`` only
     #: a workspace the launcher zeroes before every launch (the look-back flags), or an
-    #: output the kernels add into (a lane readout), zeroed when allocated
+    #: output the kernels add into (a lane readout; a fused backward's parameter gradients),
+    #: zeroed when allocated
     reset: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -291,9 +292,9 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
     if reset and role not in ("workspace", "output"):
         raise ArtifactError(f"{where}: argument {name!r} is reset but is neither a workspace "
                             "nor an output")
-    if reset and role == "output" and (dtype != "float32" or not raw.get("timed")):
+    if reset and role == "output" and dtype != "float32":
         raise ArtifactError(f"{where}: output {name!r} is reset (added into) but is not a "
-                            "timed float32 output")
+                            "float32 output")
     if role == "workspace":
         per_chunk = _positive(raw.get("per_chunk"), f"{where}: workspace {name!r} per_chunk")
         time_chunk = _chunk_value(raw.get("time_chunk"), f"{where}: workspace {name!r} "
@@ -434,7 +435,7 @@ def _parse_kernel(raw: Any, index: int) -> KernelInfo:
     per_call = [v for v in (time_chunk, longer, at_most, *(a.time_chunk for a in args))
                 if v == TIME_CHUNK]
     timed = {a.name for a in args if a.role == "input" and a.timed}
-    timed |= {a.name for a in args if a.role == "output" and a.reset}
+    timed |= {a.name for a in args if a.role == "output" and a.reset and a.timed}
     params = {a.name for a in args if a.role == "param"}
     for a in args:
         if a.role == "rowmap" and a.name not in timed:

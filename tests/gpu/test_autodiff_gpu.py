@@ -487,3 +487,27 @@ def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options
     assert {k: tuple(v.shape) for k, v in ours.items()} == {
         k: tuple(v.shape) for k, v in {**arrays, **h0}.items()}
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("given", ["per channel", "one row for all"])
+def test_backward_kernel_parameters_given_otherwise(given: str):
+    """Parameters given for every channel (the kernel's rows are the channels', nothing
+    summed after) and as one row every channel shares (all channels add into it): the
+    gradients against torch autograd, as given (the other tests give them for the trailing
+    batch axis)."""
+    from tests.unit.test_fused_adjoint import _readouts_grads
+
+    text = ex.PRESETS["selective scan"]
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=300)
+    for p in rec.params:
+        v = arrays[p]
+        arrays[p] = (np.ascontiguousarray(np.broadcast_to(v, (2, *v.shape[1:])))
+                     if given == "per channel" else np.ascontiguousarray(v[0, :1]))
+    cot, ref = _readouts_grads(rec, arrays, h0)
+    op = _op(text, DEFAULT)
+    ours = _cuda_grads(op, rec, arrays, h0, cot)
+    errors = {k: _rel(ours[k], ref[k]) for k in ref}
+    assert max(errors.values()) < KERNEL_TOL, errors
+    assert ("backward", "readouts") in op._compiles
