@@ -21,6 +21,7 @@ gradients and launches.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,9 +66,9 @@ class _Bound:
     cotangents: dict[str, str]
     #: kernel output -> the batch axes summed after it (lane readouts not summed inside)
     after: dict[str, list[int]]
-    #: (argument, kernel output, leading axes summed, then axes summed keeping them); the
-    #: axes are None for a parameter whose rows the kernel added into (the output's first
-    #: rows are its gradient, in its shape)
+    #: (argument, kernel output, leading axes summed, then axes summed keeping them); for a
+    #: parameter whose rows the kernel added into, None and the strides of its shape (the
+    #: output's first rows are its gradient)
     grads: list[tuple[str, str, tuple[int, ...] | None, list[int]]] = field(
         default_factory=list)
 
@@ -123,8 +124,8 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     res: dict[str, Any] = {}
     for name, target, lead, keep in bound.grads:
         x = outs[target]
-        if lead is None:
-            res[name] = x.view(-1)[:arrays[name].numel()].view(arrays[name].shape)
+        if lead is None:   # its first rows, in the parameter's shape (``keep``: its strides)
+            res[name] = x.as_strided(arrays[name].shape, keep)
             continue
         if lead:
             x = x.sum(dim=lead)
@@ -191,7 +192,9 @@ def _bind(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any]
         if g.of not in needed:
             continue
         if g.over in ("time", "all") and _added_into_rows(g, arrays[g.of], plan.batch):
-            bound.grads.append((g.of, g.target, None, []))
+            shape = tuple(arrays[g.of].shape)
+            strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+            bound.grads.append((g.of, g.target, None, strides))
             continue
         shown = plan.outputs[g.target]
         if g.target in after:

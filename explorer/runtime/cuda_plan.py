@@ -421,7 +421,8 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     out_ptrs = []
     zero: list[tuple[int, int]] = []
     if plan.pool:
-        parts = torch.empty(sum(plan.pool), dtype=torch.float32, device=tdev).split(plan.pool)
+        parts = torch.empty(sum(plan.pool), dtype=torch.float32,
+                            device=tdev).split_with_sizes(plan.pool)
         for name, shown in plan.outputs.items():
             t = parts[plan.pieces[name]].view(shown)
             outs[name] = t
