@@ -91,14 +91,18 @@ def test_reset_is_for_workspaces_and_outputs_added_into_only():
     next(a for a in kernels[1]["args"] if a["role"] == "input")["reset"] = True
     with pytest.raises(ArtifactError, match="is reset but is neither a workspace nor an output"):
         parse_kernels(kernels)
-    # an output added into (a lane readout) is zeroed: float32 and timed only
+    # an output added into (a lane readout; untimed, a fused backward's parameter gradient) is
+    # zeroed: float32 only
     kernels = copy.deepcopy(base)
     out = next(a for a in kernels[1]["args"] if a["role"] == "output")
     out["reset"] = True
     parsed = parse_kernels(kernels)
     assert next(a for a in parsed[1].args if a.name == out["name"]).reset
+    out["timed"] = False
+    parsed = parse_kernels(kernels)
+    assert next(a for a in parsed[1].args if a.name == out["name"]).reset
     out["dtype"] = "bfloat16"
-    with pytest.raises(ArtifactError, match="is reset .added into. but is not a timed float32"):
+    with pytest.raises(ArtifactError, match="is reset .added into. but is not a float32"):
         parse_kernels(kernels)
 
 
