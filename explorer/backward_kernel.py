@@ -102,8 +102,7 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     from explorer.runtime.cuda_plan import run_plan
 
     states_read = compiled_reads(compiled.options["backward"])
-    h = next(iter(states.values()))
-    if h.shape[-1] == 0 or h.numel() == 0:   # nothing to launch: every gradient is zero
+    if next(iter(states.values())).numel() == 0:   # nothing to launch: every gradient is zero
         return {name: torch.zeros_like(arrays[name]) for name in needed}
     table = op.bindings
     key = _key(states_read, arrays, states, cotangents, needed)
@@ -133,22 +132,22 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     return res
 
 
-def _adjoint(op: Any, states_read: bool) -> Any:
+def _adjoint(op: Any, compiled: Any) -> Any:
+    """The terms the kernel of ``compiled`` computes (its ``backward`` option says whether it
+    reads the states' cotangents)."""
+    from explorer.passes.backward import reads_states as compiled_reads
     from explorer.passes.fused_adjoint import derived
 
-    return derived(op.compiled.form, states_read)
+    return derived(op.compiled.form, compiled_reads(compiled.options["backward"]))
 
 
-def _inputs(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any],
+def _inputs(op: Any, fa: Any, arrays: dict[str, Any], states: dict[str, Any],
             cotangents: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
                                                  dict[str, str], dict[str, Any]]:
     """(the kernel's tensors, the zeros among them, the cotangents given by argument, the
-    sums asked of its lane readouts) of a call."""
+    sums asked of its lane readouts) of a call of the kernel computing ``fa``."""
     import torch
 
-    from explorer.passes.backward import reads_states as compiled_reads
-
-    fa = _adjoint(op, compiled_reads(compiled.options["backward"]))
     rec = op.compiled.recurrence
     h = states[fa.state]
     batch, (N, L) = tuple(h.shape[:-2]), tuple(h.shape[-2:])
@@ -173,9 +172,8 @@ def _inputs(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, An
 def _bind(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any],
           cotangents: dict[str, Any], needed: set[str]) -> _Bound | None:
     """The call's signature bound (None where its kernel takes the path without a plan)."""
-    from explorer.passes.backward import reads_states as compiled_reads
-
-    given, zeros, named, sums = _inputs(op, compiled, arrays, states, cotangents)
+    fa = _adjoint(op, compiled)
+    given, zeros, named, sums = _inputs(op, fa, arrays, states, cotangents)
     runner: Any = compiled.runner("cuda")
     plan = runner.plan_for(None, None, sums or None, given)
     if plan is None:
@@ -186,7 +184,6 @@ def _bind(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any]
         axes = [i for i, k in enumerate(own) if k == 1 and shown[i] != 1]
         if axes:
             after[name] = axes
-    fa = _adjoint(op, compiled_reads(compiled.options["backward"]))
     bound = _Bound(runner, plan, fa.state, fa.saved, zeros, named, after)
     for g in fa.gradients:
         if g.of not in needed:
@@ -223,12 +220,11 @@ def _added_into_rows(g: Any, x: Any, batch: tuple[int, ...]) -> bool:
 def _unbound(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any],
              cotangents: dict[str, Any], needed: set[str]) -> dict[str, Any]:
     """A call whose kernel takes the checking path (no launch plan)."""
-    from explorer.passes.backward import reads_states as compiled_reads
     from explorer.torch_arrays import sum_to
 
-    given, _, _, sums = _inputs(op, compiled, arrays, states, cotangents)
+    fa = _adjoint(op, compiled)
+    given, _, _, sums = _inputs(op, fa, arrays, states, cotangents)
     outs = compiled.runner("cuda").launch_torch(sums=sums or None, **given)
-    fa = _adjoint(op, compiled_reads(compiled.options["backward"]))
     res: dict[str, Any] = {}
     for g in fa.gradients:
         if g.of not in needed:

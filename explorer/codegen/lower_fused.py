@@ -211,17 +211,8 @@ class _Kernel:
             base = mul_i(mul_i(r, self.N), self.L)
         return add_i(base, mul_i(n, self.L))
 
-    def param_row(self, name: str) -> Value:
-        """The row of parameter ``name`` the block's channel reads (its remainder by the row
-        modulus, made once a kernel)."""
-        r = self.prow.get(name)
-        if r is None:
-            r = arith.remui(self.c, self.row_mod[name]) if name in self.row_mod else self.c
-            self.prow[name] = r
-        return r
-
     def param(self, name: str, n: Value) -> Value:
-        r = self.param_row(name)
+        r = self.prow[name]
         i = add_i(mul_i(r, self.N), n) if name in self.lanes else r
         return memref.load(self.arrays[name], [i])
 
@@ -231,8 +222,10 @@ class _Kernel:
         tid = gpu.thread_id(gpu.Dimension.x)
         c = gpu.block_id(gpu.Dimension.x)
         self.tid, self.c = tid, c
-        for p in self.rec.params:   # every parameter's row, at the kernel's start
-            self.param_row(p)
+        # the row of each parameter the block's channel reads (its remainder by the row
+        # modulus), made at the kernel's start
+        self.prow = {p: arith.remui(c, self.row_mod[p]) if p in self.row_mod else c
+                     for p in self.rec.params}
         self.lane_id = arith.remui(tid, ci(WARP))
         self.warp = arith.divui(tid, ci(WARP))
         nch = ceil_div(self.L, ci(T))
@@ -275,7 +268,7 @@ class _Kernel:
         # row of the channel (the channels that share it add into one)
         for q, g in enumerate(alls):
             total = self.block_sum(accs[q], 0)
-            row = self.param_row(g.of)
+            row = self.prow[g.of]
 
             def put(total: Value = total, dst: Value = self.arrays[g.target],
                     at: Value = row) -> None:
@@ -437,7 +430,7 @@ class _Kernel:
                 for w in range(1, self.warps):
                     total = arith.addf(total, memref.load(self.red, [ci(q * self.warps + w)]))
                 # added into the lane of the parameter's row (shared by channels: one sum)
-                at = add_i(mul_i(self.param_row(g.of), self.N), n)
+                at = add_i(mul_i(self.prow[g.of], self.N), n)
                 memref.atomic_rmw(arith.AtomicRMWKind.addf, total, self.arrays[g.target], [at])
         if_then(is0, lead)
         return sums + accs

@@ -269,6 +269,8 @@ def build_plan(kernel: CudaKernel, arrays: dict[str, Any], L: int | None,
         from cupy.cuda import driver
 
         plan.context = int(driver.ctxGetCurrent())
+        # a fused backward's outputs are gradients handed to autograd: views of one
+        # allocation there (a forward's are an operator's outputs, which may not alias)
         if kernel.artifact.options.get("backward") and not plan.poison:
             _pooled(plan)
         if C * N == 0 or length == 0:
