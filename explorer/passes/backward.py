@@ -196,5 +196,13 @@ def backward_plan_from_dict(raw: Any, form: Any, kernels: list[dict[str, Any]],
     if blocks != [[tile[0], 1, 1]]:
         raise ValueError(f"the record's backward plan ({tile[0]} threads) disagrees with its "
                          f"kernels' blocks {blocks}")
+    # the arrays its kernel reads are those of the terms derived for its options (a record
+    # whose backward option was edited would show a c[t] its kernel does not compute)
+    want = [*form.recurrence.inputs, fa.saved, *fa.cotangents.values()]
+    got = [a.get("name") for a in kernels[0].get("args", []) if isinstance(a, dict)
+           and a.get("role") == "input"]
+    if got != want:
+        raise ValueError(f"the record's backward kernel reads {got}; the backward its options "
+                         f"say reads {want}")
     return BackwardPlan(tile[0], tile[1], fa)
 

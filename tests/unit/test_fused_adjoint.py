@@ -243,6 +243,23 @@ def test_the_readouts_compile_reads_no_state_cotangent_and_its_record_says_so(tm
             read_plan(Module.parse(edited).operation, back.scan_plan.adjoint)
     with pytest.raises(OptionError, match="no readouts"):
         ex.compile(TEXTS["diagonal, no readout"], target="cuda", backward="readouts")
+    # a record whose option is edited to the other kernel's is refused (its plan would say a
+    # c[t] its kernel does not compute)
+    import gzip
+    import hashlib
+    import json
+
+    path = tmp_path / "r.json.gz"
+    head, body = gzip.decompress(path.read_bytes()).split(b"\n", 1)
+    payload = json.loads(body)
+    payload["options"]["backward"] = True
+    body = json.dumps(payload).encode()
+    header = json.loads(head)
+    header["sha256"] = hashlib.sha256(body).hexdigest()
+    edited = tmp_path / "edited.json.gz"
+    edited.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n" + body))
+    with pytest.raises(ValueError, match="backward kernel reads"):
+        load_compiled(edited)
 
 
 def test_the_kernel_policy_keeps_the_formulas_on_the_cpu():
