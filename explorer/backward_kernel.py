@@ -16,7 +16,12 @@ readout). Measured faster than the adjoint and its fused formulas (README, *Grad
 A call's host work is bound once per signature (:class:`_Bound`: the tensors' shapes and
 strides, the cotangents given, the gradients asked for, torch's stream): the kernel's launch
 plan, the zeros it reads and the sums after it; a later call of that signature allocates the
-gradients and launches.
+gradients and launches. Where nothing runs after the kernel (every gradient is a view of its
+outputs' one allocation: the usual case), the eager autograd function goes further
+(:func:`fast`): keyed on what autograd hands its backward (the saved tensors and the output
+gradients as they come), a call is one allocation, one memset, one launch and a view per
+gradient, no dictionary of names built; the backward's host time is most of a short
+sequence's (README, *The fused backward kernel*).
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from explorer.runtime.cuda_plan import PlanCache, contiguous_strides, current_stream, enqueue
+
 #: signatures bound per kernel (least recently used dropped first)
 KEPT = 8
 
 
 def applies(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
     """Whether ``op``'s backward on these tensors runs the fused kernel."""
-    import torch
 
     from explorer.passes.fused_adjoint import supported
 
@@ -73,17 +81,109 @@ class _Bound:
         default_factory=list)
 
 
+@dataclass
+class _Fast:
+    """A bound signature whose gradients are views of the kernel's outputs (see
+    :func:`fast`): the call with nothing around the launch."""
+
+    runner: Any
+    plan: Any
+    #: per tensor the plan reads (``plan.layouts``' order): (0, index into the saved tensors),
+    #: (1, index into the output gradients) or (2, index into ``zeros``)
+    sources: list[tuple[int, int]]
+    zeros: tuple[Any, ...]
+    #: each kernel output's first byte in the allocation (``plan.outputs``' order)
+    offsets: list[int]
+    #: per argument of the forward (the length too, where it is one): None, or (shape, strides,
+    #: first float) of its gradient in the allocation
+    views: list[tuple[tuple[int, ...], tuple[int, ...], int] | None]
+
+    def __call__(self, saved: tuple[Any, ...], grads: tuple[Any, ...]) -> tuple[Any, ...]:
+        plan = self.plan
+        pool = torch.empty(plan.pool, dtype=torch.float32, device=plan.tdevice)
+        base = pool.data_ptr()
+        given = (saved, grads, self.zeros)
+        zero = [(base, plan.pool_zero * 4)] if plan.pool_zero else []
+        enqueue(self.runner, plan, [given[k][i] for k, i in self.sources],
+                [base + at for at in self.offsets], zero)
+        return tuple(None if v is None else pool.as_strided(*v) for v in self.views)
+
+
+def fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
+         ) -> tuple[Any, ...] | None:
+    """The gradients of an eager backward (``ctx`` of ``explorer.torch_op._Eager``: the
+    operator's arguments, in order) where its signature is bound to a :class:`_Fast` call;
+    None where it takes the general path (not CUDA, not the fused kernel, or something runs
+    after it). The key is what the general path decides on: the policy, torch's stream, the
+    gradients asked for, the arguments given, every saved tensor's shape, strides and dtype,
+    and each output gradient's (None where the loss does not read that output)."""
+    first = saved[0] if saved else None
+    if first is None or not first.is_cuda:
+        return None
+    parts: list[Any] = [op.fuse_backward, current_stream(first.get_device()), ctx.needs_input_grad,
+                        ctx.present]
+    for x in saved:
+        parts.append((x.shape, x.stride(), x.dtype))
+    for g in grads:
+        parts.append(None if g is None else (type(g), g.shape, g.stride(), g.dtype, g.device))
+    key = tuple(parts)
+    call = op.bindings.get(key)
+    if call is None:
+        call = _make_fast(op, ctx, saved, grads) or False   # False: the general path, kept
+        op.bindings.put(key, call)
+    return call(saved, grads) if call else None
+
+
+def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
+               ) -> _Fast | None:
+    """The :class:`_Fast` call of this signature, or None where it takes the general path."""
+    arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:],
+                                                    saved)
+    kernel = op.kernel_for(arrays, states, cotangents)
+    if kernel is None or next(iter(states.values())).numel() == 0:
+        return None
+    bound = _bind(op, kernel, arrays, states, cotangents, needed)
+    if bound is None or bound.after or not bound.plan.pool:
+        return None
+    plan = bound.plan
+    if not all(cotangents[o].is_contiguous() for o in bound.cotangents.values()):
+        return None   # the general path lays them out
+    specs = op.specs
+    given = [n for n, p in zip(specs.names, ctx.present) if p]
+    where = {n: (0, i) for i, n in enumerate(given)}
+    where[bound.saved] = (0, len(given) + list(specs.rec.states).index(bound.state))
+    where.update({arg: (1, specs.outputs.index(o)) for arg, o in bound.cotangents.items()})
+    where.update({arg: (2, i) for i, arg in enumerate(bound.zeros)})
+    if any(lay.name not in where for lay in plan.layouts):
+        return None
+    grads_of = {name: (target, lead, keep) for name, target, lead, keep in bound.grads}
+    views: list[tuple[tuple[int, ...], tuple[int, ...], int] | None] = []
+    for name in specs.names:
+        if name not in grads_of:
+            views.append(None)
+            continue
+        target, lead, keep = grads_of[name]
+        want, at = tuple(arrays[name].shape), plan.offsets[target]
+        if lead is None:   # a parameter's rows the kernel added into: its first rows
+            views.append((want, tuple(keep), at))
+        elif not lead and not keep and tuple(plan.outputs[target]) == want:
+            views.append((want, contiguous_strides(want), at))
+        else:
+            return None   # summed after the kernel
+    if specs.needs_length:
+        views.append(None)
+    return _Fast(bound.runner, plan, [where[lay.name] for lay in plan.layouts],
+                 tuple(bound.zeros.values()), [4 * plan.offsets[o] for o in plan.outputs],
+                 views)
+
+
 def bindings() -> Any:
     """The bound signatures of one operator (see the module docstring), at most :data:`KEPT`."""
-    from explorer.runtime.cuda_plan import PlanCache
-
     return PlanCache(KEPT)
 
 
 def _key(states_read: bool, arrays: dict[str, Any], states: dict[str, Any],
          cotangents: dict[str, Any], needed: set[str]) -> tuple[Any, ...]:
-    from explorer.runtime.cuda_plan import current_stream
-
     first = next(iter(states.values()))
     parts: list[Any] = [states_read, current_stream(first.get_device()), first.get_device(),
                         tuple(sorted(needed))]
@@ -96,7 +196,6 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
               cotangents: dict[str, Any], needed: set[str]) -> dict[str, Any]:
     """The gradients of ``needed`` from the kernel of ``compiled`` (a ``backward=True`` or
     ``"readouts"`` compile of ``op``'s recurrence)."""
-    import torch
 
     from explorer.passes.backward import reads_states as compiled_reads
     from explorer.runtime.cuda_plan import run_plan
@@ -146,7 +245,6 @@ def _inputs(op: Any, fa: Any, arrays: dict[str, Any], states: dict[str, Any],
                                                  dict[str, str], dict[str, Any]]:
     """(the kernel's tensors, the zeros among them, the cotangents given by argument, the
     sums asked of its lane readouts) of a call of the kernel computing ``fa``."""
-    import torch
 
     rec = op.compiled.recurrence
     h = states[fa.state]

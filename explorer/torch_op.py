@@ -315,7 +315,7 @@ class RecurrenceOp:
         ctx.set_materialize_grads(False)   # an output the loss does not read stays None
         n = len(self.specs.names)
         tensors = list(inputs[:n])
-        ctx.present = [x is not None for x in tensors]
+        ctx.present = tuple(x is not None for x in tensors)
         states = [outs[self.specs.outputs.index(s)] for s in self.specs.rec.states]
         ctx.save_for_backward(*[x for x in tensors if x is not None], *states)
 
@@ -324,11 +324,13 @@ class RecurrenceOp:
         arrays, states, cotangents, needed = self._unpack(ctx, grads, None)
         return self._pack(arrays, self.gradients(arrays, states, cotangents, needed))
 
-    def _unpack(self, ctx: Any, grads: Sequence[Any], needs: Sequence[bool] | None
+    def _unpack(self, ctx: Any, grads: Sequence[Any], needs: Sequence[bool] | None,
+                saved: Sequence[Any] | None = None
                 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], set[str]]:
         """(arrays, states, cotangents, the names whose gradients are asked for) of a
-        backward, from what the forward saved and the output gradients given."""
-        saved = list(ctx.saved_tensors)
+        backward, from what the forward saved (``ctx.saved_tensors`` unless given) and the
+        output gradients given."""
+        saved = list(ctx.saved_tensors if saved is None else saved)
         names = self.specs.names
         given = [n for n, p in zip(names, ctx.present) if p]
         arrays = dict(zip(given, saved[:len(given)]))
@@ -406,7 +408,13 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         op = ctx.op
-        arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:])
+        saved = ctx.saved_tensors
+        # a signature whose backward is the fused kernel alone, bound: launched directly
+        done = backward_kernel.fast(op, ctx, saved, grads)
+        if done is not None:
+            return (None, *done)
+        arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:],
+                                                        saved)
         return (None, *op._pack(arrays, op.fused(arrays, states, cotangents, needed)))
 
 

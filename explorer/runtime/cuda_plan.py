@@ -152,11 +152,11 @@ class LaunchPlan:
     #: the CUDA context the plan was built in (its device's primary context)
     context: int = 0
     #: the outputs as views of one float32 allocation (a fused backward's gradients: one
-    #: allocation and one memset a call, not one of each per output): the sizes its ``split``
-    #: cuts it into (the outputs and the gaps that align each to 128 bytes), each output's
-    #: piece, and the floats zeroed at its start (the outputs added into, placed first)
-    pool: list[int] = field(default_factory=list)
-    pieces: dict[str, int] = field(default_factory=dict)
+    #: allocation and one memset a call, not one of each per output): its floats, each
+    #: output's first float (aligned to 128 bytes), and the floats zeroed at its start (the
+    #: outputs added into, placed first)
+    pool: int = 0
+    offsets: dict[str, int] = field(default_factory=dict)
     pool_zero: int = 0
     #: held from the first copy to the last launch of a call: calls of one plan from several
     #: threads enqueue their copies, resets and launches one call after the other
@@ -352,16 +352,17 @@ def _pooled(plan: LaunchPlan) -> None:
     order = sorted(plan.outputs, key=lambda n: n not in plan.added)
     at = 0
     for name in order:
-        gap = -at % POOL_ALIGN
-        if gap:
-            plan.pool.append(gap)
-            at += gap
-        plan.pieces[name] = len(plan.pool)
-        n = math.prod(plan.outputs[name])
-        plan.pool.append(n)
-        at += n
+        at += -at % POOL_ALIGN
+        plan.offsets[name] = at
+        at += math.prod(plan.outputs[name])
         if name in plan.added:
             plan.pool_zero = at
+    plan.pool = at
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape``."""
+    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
 
 
 def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...], N: int,
@@ -423,14 +424,14 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     out_ptrs = []
     zero: list[tuple[int, int]] = []
     if plan.pool:
-        parts = torch.empty(sum(plan.pool), dtype=torch.float32,
-                            device=tdev).split_with_sizes(plan.pool)
+        pool = torch.empty(plan.pool, dtype=torch.float32, device=tdev)
+        base = pool.data_ptr()
         for name, shown in plan.outputs.items():
-            t = parts[plan.pieces[name]].view(shown)
-            outs[name] = t
-            out_ptrs.append(t.data_ptr())
+            at = plan.offsets[name]
+            outs[name] = pool.as_strided(shown, contiguous_strides(shown), at)
+            out_ptrs.append(base + 4 * at)
         if plan.pool_zero:
-            zero.append((parts[0].data_ptr(), plan.pool_zero * 4))
+            zero.append((base, plan.pool_zero * 4))
     for name, shown in (() if plan.pool else plan.outputs.items()):
         dtype = plan.out_dtypes[name]
         # allocated in the shape returned: the same contiguous memory as the kernels' side
@@ -441,6 +442,15 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
         out_ptrs.append(t.data_ptr())
         if name in plan.added:   # the kernels add into it (a lane readout): zeroed below
             zero.append((out_ptrs[-1], t.numel() * t.element_size()))
+    enqueue(kernel, plan, [arrays[lay.name] for lay in plan.layouts], out_ptrs, zero)
+    return outs
+
+
+def enqueue(kernel: CudaKernel, plan: LaunchPlan, tensors: list[Any], out_ptrs: list[int],
+            zero: list[tuple[int, int]]) -> None:
+    """Enqueue a call of ``plan`` on its stream: ``tensors`` in the order of ``plan.layouts``,
+    the outputs' pointers in the order of ``plan.outputs``, ``zero``: (pointer, bytes) of the
+    outputs zeroed first (with the plan's workspaces reset)."""
     cp = _cupy()
     # another device's context is current, or none (a thread that has not used the runtime:
     # one a user starts; torch's allocator can hand out cached memory without a runtime call
@@ -452,7 +462,7 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
         cp.cuda.runtime.setDevice(plan.device)
     try:
         with plan.lock:
-            ptrs = [lay.pointer(arrays[lay.name]) for lay in plan.layouts]
+            ptrs = [lay.pointer(x) for lay, x in zip(plan.layouts, tensors)]
             if plan.steps and (zero or plan.reset):
                 for ptr, nbytes in (*zero, *plan.reset):
                     cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)
@@ -464,4 +474,3 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
     finally:
         if switch and prior and current != plan.device:
             cp.cuda.runtime.setDevice(current)
-    return outs

@@ -490,6 +490,63 @@ def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options
 
 
 @pytest.mark.gpu
+def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
+    """The eager backward's bound call (``backward_kernel.fast``: one allocation, one memset,
+    one launch, a view per gradient) is taken from a signature's first call; a signature it
+    does not fit (a cotangent laid out otherwise) and a policy changed after it was bound take
+    the general path. Every time the gradients against torch autograd through the float64
+    loop."""
+    from explorer import backward_kernel
+    from explorer.torch_runner import Runner
+    from tests.unit.test_fused_adjoint import _readouts_grads
+
+    text = ex.PRESETS["selective scan"]
+    rec = Recurrence.parse(text)
+    arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=300)
+    cot, ref = _readouts_grads(rec, arrays, h0)
+    op = _op(text, DEFAULT)
+    op.bindings = backward_kernel.bindings()   # what other tests bound on this op: dropped
+
+    def check(ours: dict[str, Any]) -> None:
+        errors = {k: _rel(ours[k], ref[k]) for k in ref}
+        assert max(errors.values()) < KERNEL_TOL, errors
+
+    def kept() -> list[Any]:
+        return [v for v in op.bindings.plans.values()
+                if v is False or isinstance(v, backward_kernel._Fast)]
+
+    for _ in range(2):
+        check(_cuda_grads(op, rec, arrays, h0, cot))
+    assert [type(v) for v in kept()] == [backward_kernel._Fast]
+    leaves = {k: torch.tensor(v, device="cuda", requires_grad=True)
+              for k, v in {**arrays, **h0}.items()}
+    (name,) = cot
+    out = op(**leaves)[name]
+    # the same cotangent, its time axis not the last in memory
+    g = torch.tensor(np.swapaxes(cot[name], -1, -2), dtype=torch.float32,
+                     device="cuda").transpose(-1, -2)
+    assert not g.is_contiguous()
+    got = torch.autograd.grad(out, list(leaves.values()), g)
+    check({k: v.cpu() for k, v in zip(leaves, got)})
+    assert False in kept()
+    calls: list[int] = []
+    runner_call = Runner.__call__
+
+    def counted(self: Any, *args: Any) -> Any:
+        if self is op.adjoint_runner:
+            calls.append(1)
+        return runner_call(self, *args)
+    monkeypatch.setattr(Runner, "__call__", counted)
+    policy = op.fuse_backward
+    try:
+        op.fuse_backward = "never"
+        check(_cuda_grads(op, rec, arrays, h0, cot))
+    finally:
+        op.fuse_backward = policy
+    assert calls   # the adjoint scan ran: the bound call was not taken
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("given", ["per channel", "one row for all"])
 def test_backward_kernel_parameters_given_otherwise(given: str):
     """Parameters given for every channel (the kernel's rows are the channels', nothing

@@ -88,19 +88,18 @@ def test_a_backwards_gradients_share_one_allocation_added_ones_first():
                       outputs=outputs, out_dtypes=dict.fromkeys(outputs, torch.float32))
     plan.added = {"grad_B", "grad_C"}
     _pooled(plan)
-    parts = torch.zeros(sum(plan.pool)).split(plan.pool)
-    starts = {}
+    pool = torch.zeros(plan.pool)
     for name, shape in outputs.items():
-        piece = plan.pieces[name]
-        assert parts[piece].view(shape).shape == shape     # the whole output, its own piece
-        starts[name] = sum(plan.pool[:piece])
-        assert starts[name] % POOL_ALIGN == 0
+        at = plan.offsets[name]
+        assert at % POOL_ALIGN == 0 and at + math.prod(shape) <= plan.pool
+        assert pool[at:at + math.prod(shape)].view(shape).shape == shape
+    spans = sorted((plan.offsets[n], plan.offsets[n] + math.prod(s)) for n, s in outputs.items())
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))   # no overlap
     for name in plan.added:
-        assert starts[name] + math.prod(outputs[name]) <= plan.pool_zero
-    assert all(starts[n] >= plan.pool_zero for n in outputs if n not in plan.added)
-    assert len(set(plan.pieces.values())) == len(outputs)
+        assert plan.offsets[name] + math.prod(outputs[name]) <= plan.pool_zero
+    assert all(plan.offsets[n] >= plan.pool_zero for n in outputs if n not in plan.added)
     other = LaunchPlan(C=6, N=4, L=37, batch=(2, 3), device=0, stream=0, layouts=[],
                        outputs=dict(outputs), out_dtypes={**plan.out_dtypes,
                                                           "grad_D": torch.bfloat16})
     _pooled(other)
-    assert other.pool == [] and other.pool_zero == 0
+    assert other.pool == 0 and other.offsets == {} and other.pool_zero == 0
