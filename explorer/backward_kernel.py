@@ -97,6 +97,8 @@ class _Fast:
     #: per argument of the forward (the length too, where it is one): None, or (shape, strides,
     #: first float) of its gradient in the allocation
     views: list[tuple[tuple[int, ...], tuple[int, ...], int] | None]
+    #: every tensor passed as it is (none broadcast into a buffer of the plan)
+    direct: bool = False
 
     def __call__(self, saved: tuple[Any, ...], grads: tuple[Any, ...]) -> tuple[Any, ...]:
         plan = self.plan
@@ -105,7 +107,7 @@ class _Fast:
         given = (saved, grads, self.zeros)
         zero = [(base, plan.pool_zero * 4)] if plan.pool_zero else []
         enqueue(self.runner, plan, [given[k][i] for k, i in self.sources],
-                [base + at for at in self.offsets], zero)
+                [base + at for at in self.offsets], zero, self.direct)
         return tuple(None if v is None else pool.as_strided(*v) for v in self.views)
 
 
@@ -174,7 +176,7 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
         views.append(None)
     return _Fast(bound.runner, plan, [where[lay.name] for lay in plan.layouts],
                  tuple(bound.zeros.values()), [4 * plan.offsets[o] for o in plan.outputs],
-                 views)
+                 views, all(lay.direct for lay in plan.layouts))
 
 
 def bindings() -> Any:

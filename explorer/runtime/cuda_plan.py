@@ -447,10 +447,11 @@ def run_plan(kernel: CudaKernel, plan: LaunchPlan, arrays: dict[str, Any]) -> di
 
 
 def enqueue(kernel: CudaKernel, plan: LaunchPlan, tensors: list[Any], out_ptrs: list[int],
-            zero: list[tuple[int, int]]) -> None:
+            zero: list[tuple[int, int]], direct: bool = False) -> None:
     """Enqueue a call of ``plan`` on its stream: ``tensors`` in the order of ``plan.layouts``,
     the outputs' pointers in the order of ``plan.outputs``, ``zero``: (pointer, bytes) of the
-    outputs zeroed first (with the plan's workspaces reset)."""
+    outputs zeroed first (with the plan's workspaces reset); ``direct``: every layout passes
+    its tensor as it is (its caller has looked)."""
     cp = _cupy()
     # another device's context is current, or none (a thread that has not used the runtime:
     # one a user starts; torch's allocator can hand out cached memory without a runtime call
@@ -462,7 +463,8 @@ def enqueue(kernel: CudaKernel, plan: LaunchPlan, tensors: list[Any], out_ptrs: 
         cp.cuda.runtime.setDevice(plan.device)
     try:
         with plan.lock:
-            ptrs = [lay.pointer(x) for lay, x in zip(plan.layouts, tensors)]
+            ptrs = ([x.data_ptr() for x in tensors] if direct else
+                    [lay.pointer(x) for lay, x in zip(plan.layouts, tensors)])
             if plan.steps and (zero or plan.reset):
                 for ptr, nbytes in (*zero, *plan.reset):
                     cp.cuda.runtime.memsetAsync(ptr, 0, nbytes, plan.stream)

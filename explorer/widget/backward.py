@@ -38,14 +38,17 @@ class BackwardToggle:
         self.forward: tuple[str, bool, Any, dict[str, Any], str, tuple[Any, Any], str,
                             str] | None = None
         self.button.observe(self._toggled, names="value")
-        #: the fused backward kernel of the text (``compile(text, backward=True)``): what the
-        #: torch operator's backward runs on the GPU for a diagonal recurrence
+        #: the fused backward kernel of the text: what the torch operator's backward runs on
+        #: the GPU for a diagonal recurrence and a loss of its readouts alone (the usual one:
+        #: ``compile(text, backward="readouts")``; ``backward=True`` for a recurrence without
+        #: readouts, whose loss reads the states)
         self.kernel_button = widgets.ToggleButton(
             value=False, description="backward kernel", icon="compress",
             layout=widgets.Layout(width="170px"),
             tooltip="show the fused backward kernel the torch operator runs on the GPU: the "
                     "forward's states recomputed, the adjoint scanned back, every gradient "
-                    "reduced in one kernel (compile(text, backward=True))")
+                    "reduced in one kernel (compile(text, backward=\"readouts\") for a loss "
+                    "of the readouts, as the operator runs it; backward=True without readouts)")
         self.kernel_button.add_class("sw-backward-kernel")
         #: the kept options while the kernel is shown
         self.kernel_kept: dict[str, Any] | None = None
@@ -82,17 +85,22 @@ class BackwardToggle:
                 raise OptionError("the fused backward kernel is a GPU kernel: choose the CUDA "
                                   "target (on the CPU the backward is the adjoint: the "
                                   "backward toggle)")
-            fused = derived(decompose(Recurrence.parse(ex.text.value)))
+            rec = Recurrence.parse(ex.text.value)
+            # the kernel the operator runs for a loss of the readouts (backward_kernel)
+            which: bool | str = "readouts" if rec.readouts else True
+            fused = derived(decompose(rec), states=which is True)
         except Exception as err:  # noqa: BLE001 - every error is shown in the widget
             ex.error = err
             ex.error_box.value = error_html(err)
             self._set(self.kernel_button, False, self._kernel_toggled)
             return False
         self.kernel_kept = dict(ex.kept_options)
-        ex.kept_options = {**ex.kept_options, "backward": True}
+        ex.kept_options = {**ex.kept_options, "backward": which}
         ex.kept.value = kept_html(ex.kept_options, "the backward kernel")
+        loss = ("a loss of the readouts: backward=&quot;readouts&quot;" if which == "readouts"
+                else "a loss of the states: backward=True")
         self.formulas.value = (
-            "<details open><summary>the fused backward kernel, derived</summary><pre "
+            f"<details open><summary>the fused backward kernel, derived ({loss})</summary><pre "
             "style='font-size:12px;margin:4px 0'>"
             f"{html.escape(fused.text())}</pre></details>")
         return ex.recompile()

@@ -1,6 +1,6 @@
 """The *backward kernel* toggle in a real JupyterLab and a real (headless) Chromium: on the
-selective scan (CUDA target) it shows ``compile(text, backward=True)``, the fused kernel the
-torch operator's backward runs: the derived kernel under the box, the plan's ``scan.recompute``
+selective scan (CUDA target) it shows ``compile(text, backward="readouts")``, the fused kernel
+the torch operator's backward runs for a loss of the readouts: the derived kernel under the box, the plan's ``scan.recompute``
 and ``scan.adjoint`` ops and the forward's tree in the Scan tree tab, and the Run tab's buttons
 off (it runs as the operator's backward). A screenshot goes to ``test-output/browser/``.
 """
@@ -41,7 +41,7 @@ def test_the_backward_kernel_toggle_shows_the_fused_kernel(lab: str, browser: An
             arg=EXPLORER, timeout=240_000)
         page.wait_for_timeout(1500)
         printed = page.locator(".jp-OutputArea-output", has_text="ERROR").first.inner_text()
-        assert "ERROR None True" in printed
+        assert "ERROR None readouts" in printed
         text = page.locator(EXPLORER).inner_text()
         assert "the fused backward kernel, derived" in text
         assert "scan.adjoint" in text and "tree = \"suffix\"" in text

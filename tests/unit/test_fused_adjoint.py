@@ -296,8 +296,9 @@ def test_the_explorer_shows_the_backward_kernel(backward_compile):
 
 
 def test_the_backward_kernel_toggle_shows_what_the_operator_runs():
-    """The *backward kernel* toggle compiles ``compile(text, backward=True)`` from the box (the
-    kernel ``c.torch()``'s backward runs on CUDA tensors), gives the forward back, refuses the
+    """The *backward kernel* toggle compiles ``compile(text, backward="readouts")`` from the
+    box (the kernel ``c.torch()``'s backward runs on CUDA tensors for a loss of the readouts;
+    ``backward=True`` for a recurrence without readouts), gives the forward back, refuses the
     CPU target and a recurrence it does not take in the error box, and is one of two: the
     adjoint's toggle turns it off."""
     import html
@@ -307,10 +308,16 @@ def test_the_backward_kernel_toggle_shows_what_the_operator_runs():
     forward_key = w.compiled.key
     w.backward.kernel_button.value = True
     assert w.error is None, w.error_box.value
-    assert w.compiled.options["backward"] is True and w.compiled.recurrence.text == text
-    assert w.compiled.key == ex.compile(text, target="cuda", backward=True).key
+    assert w.compiled.options["backward"] == "readouts" and w.compiled.recurrence.text == text
+    assert w.compiled.key == ex.compile(text, target="cuda", backward="readouts").key
     assert "scan.recompute" in w.compiled.stages["plan"].text
-    assert "grad_A = dt*h[t-1]*lam[t]*exp(A*dt)" in html.unescape(w.backward.formulas.value)
+    shown = html.unescape(w.backward.formulas.value)
+    assert "grad_A = dt*h[t-1]*lam[t]*exp(A*dt)" in shown and 'backward="readouts"' in shown
+    assert "c[t] = C*grad_y " in shown   # of the readouts alone (no grad_h)
+    no_readouts = ex.Explorer("h[t, n] = a[t, n] * h[t-1, n] + b[t, n]", target="cuda")
+    no_readouts.backward.kernel_button.value = True
+    assert no_readouts.error is None, no_readouts.error_box.value
+    assert no_readouts.compiled.options["backward"] is True
     w.backward.button.value = True       # the adjoint instead
     assert not w.backward.kernel_button.value and w.error is None
     assert w.compiled.recurrence.text == ex.grad(text).text
