@@ -120,7 +120,7 @@ def fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     gradients asked for, the arguments given, every saved tensor's shape, strides and dtype,
     and each output gradient's (None where the loss does not read that output)."""
     first = saved[0] if saved else None
-    if first is None or not first.is_cuda:
+    if first is None or not first.is_cuda or not _may_apply(op):
         return None
     parts: list[Any] = [op.fuse_backward, current_stream(first.get_device()), ctx.needs_input_grad,
                         ctx.present]
@@ -134,6 +134,19 @@ def fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
         call = _make_fast(op, ctx, saved, grads) or False   # False: the general path, kept
         op.bindings.put(key, call)
     return call(saved, grads) if call else None
+
+
+def _may_apply(op: Any) -> bool:
+    """What :func:`applies` decides of the operator alone (its policy, its recurrence),
+    without a tensor: asked before a key is made, so that an operator whose backward never
+    runs the kernel (a scalar recurrence's, ``fuse_backward="never"``) pays nothing for it."""
+    if op.fuse_backward not in ("auto", "kernel") or op.reverse or op.lane_gradients:
+        return False
+    if op.kernel_form is None:   # decided once per operator
+        from explorer.passes.fused_adjoint import supported
+
+        op.kernel_form = supported(op.compiled.form) is None
+    return bool(op.kernel_form)
 
 
 def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]

@@ -166,6 +166,8 @@ class RecurrenceOp:
         self.fused = FusedBackward(self)
         #: the fused backward kernel's calls, bound per signature
         self.bindings = backward_kernel.bindings()
+        #: whether the fused backward kernel takes the recurrence (decided on first use)
+        self.kernel_form: bool | None = None
         key = compiled.key + ("_lane" if lane_gradients else "")
         forward = _Runner(self.specs, self.reverse, self._forward_for)
         adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for,
