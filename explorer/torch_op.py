@@ -66,6 +66,7 @@ from explorer.adjoint_options import ADJOINT_TILE, chosen_tile
 from explorer.autodiff import Backward, grad
 from explorer.fused_backward import FusedBackward, check_policy
 from explorer.gradients import gradients
+from explorer.runtime.cuda_plan import current_stream
 from explorer.torch_arrays import TorchOps
 from explorer.torch_runner import Runner as _Runner
 from explorer.torch_runner import Specs as _Specs
@@ -168,6 +169,8 @@ class RecurrenceOp:
         self.bindings = backward_kernel.bindings()
         #: whether the fused backward kernel takes the recurrence (decided on first use)
         self.kernel_form: bool | None = None
+        #: the eager forward's launches, bound per signature (:meth:`forward_call`)
+        self.forward_bound = backward_kernel.bindings()
         key = compiled.key + ("_lane" if lane_gradients else "")
         forward = _Runner(self.specs, self.reverse, self._forward_for)
         adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for,
@@ -241,6 +244,24 @@ class RecurrenceOp:
         if len(outs) == 1:
             return outs[0]
         return dict(zip(self.specs.outputs, outs))
+
+    def forward_call(self, values: Sequence[Any]) -> Any:
+        """The forward on the operator's arguments in eager mode (:class:`_Eager`): on float32
+        CUDA tensors the launch bound to their signature (``Runner.bind``: the launch plan
+        looked up once, not per call; on another stream it takes the checking path), else the
+        runner. The key: torch's stream, each tensor's shape, strides, dtype and device, the
+        length given."""
+        first = next((x for x in values if type(x) is torch.Tensor), None)
+        if first is None or not first.is_cuda:
+            return self.forward_runner(*values)
+        key = (current_stream(first.get_device()),
+               *(None if x is None else x if isinstance(x, int) else
+                 (x.shape, x.stride(), x.dtype, x.device) for x in values))
+        launch = self.forward_bound.get(key)
+        if launch is None:
+            launch = self.forward_runner.bind(*values) or False   # False: the runner, kept
+            self.forward_bound.put(key, launch)
+        return launch(*values) if launch else self.forward_runner(*values)
 
     # -- the compiles --------------------------------------------------------------------------
     def _options(self) -> dict[str, Any]:
@@ -402,7 +423,7 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, op: RecurrenceOp, *values: Any) -> Any:
-        out = op.forward_runner(*values)
+        out = op.forward_call(values)
         ctx.op = op
         op._setup(ctx, tuple(values), out)
         return out

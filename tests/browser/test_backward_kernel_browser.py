@@ -1,8 +1,9 @@
 """The *backward kernel* toggle in a real JupyterLab and a real (headless) Chromium: on the
 selective scan (CUDA target) it shows ``compile(text, backward="readouts")``, the fused kernel
-the torch operator's backward runs for a loss of the readouts: the derived kernel under the box, the plan's ``scan.recompute``
-and ``scan.adjoint`` ops and the forward's tree in the Scan tree tab, and the Run tab's buttons
-off (it runs as the operator's backward). A screenshot goes to ``test-output/browser/``.
+the torch operator's backward runs for a loss of the readouts: the derived kernel under the
+box, the plan's ``scan.recompute`` and ``scan.adjoint`` ops and the forward's tree in the Scan
+tree tab, and the Run tab's buttons off (it runs as the operator's backward). A screenshot goes
+to ``test-output/browser/``.
 """
 
 from __future__ import annotations

@@ -350,6 +350,35 @@ def test_runs_on_torchs_current_stream():
 
 
 @pytest.mark.gpu
+def test_the_eager_forward_launches_its_bound_plan():
+    """The eager forward launches the plan bound to its signature (``forward_call``): the
+    outputs bit for bit the runner's, on torch's stream and on a side stream (a signature of
+    its own); float64 tensors take the runner (the float64 reference), kept as such."""
+    text = ex.PRESETS["selective scan"]
+    arrays, h0 = _inputs(text)
+    op = _op(text, BLELLOCH)
+    op.forward_bound = type(op.forward_bound)(op.forward_bound.limit)   # this test's alone
+    given = {k: torch.tensor(v, device="cuda") for k, v in {**arrays, **h0}.items()}
+    values = [given.get(n) for n in op.specs.names]
+    want = op.forward_runner(*values)
+    for _ in range(2):
+        got = op(**given)
+        assert all(torch.equal(got[o], w) for o, w in zip(op.specs.outputs, want))
+    assert [callable(v) for v in op.forward_bound.plans.values()] == [True]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = op(**given)
+    side.synchronize()
+    assert all(torch.equal(got[o], w) for o, w in zip(op.specs.outputs, want))
+    assert len(op.forward_bound.plans) == 2
+    wide = op(**{k: v.double() for k, v in given.items()})
+    assert all(_rel(wide[o].cpu(), w.cpu().double().numpy()) < KERNEL_TOL
+               for o, w in zip(op.specs.outputs, want))
+    assert list(op.forward_bound.plans.values())[-1] is False
+
+
+@pytest.mark.gpu
 def test_torch_compile_on_the_gpu():
     text = ex.PRESETS["selective scan"]
     arrays, h0 = _inputs(text)
