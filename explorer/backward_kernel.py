@@ -27,6 +27,7 @@ sequence's (README, *The fused backward kernel*).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,9 +100,15 @@ class _Fast:
     views: list[tuple[tuple[int, ...], tuple[int, ...], int] | None]
     #: every tensor passed as it is (none broadcast into a buffer of the plan)
     direct: bool = False
+    #: the states saved one step in a tile (:func:`checkpoints`): their index among the saved
+    #: tensors, the states' shape, and where the saved steps go in it (:func:`spread`)
+    spread: tuple[int, tuple[int, ...], int] | None = None
 
     def __call__(self, saved: tuple[Any, ...], grads: tuple[Any, ...]) -> tuple[Any, ...]:
         plan = self.plan
+        if self.spread is not None:
+            i, shape, every = self.spread
+            saved = (*saved[:i], spread(saved[i], shape, every), *saved[i + 1:])
         pool = torch.empty(plan.pool, dtype=torch.float32, device=plan.tdevice)
         base = pool.data_ptr()
         given = (saved, grads, self.zeros)
@@ -122,8 +129,8 @@ def fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     first = saved[0] if saved else None
     if first is None or not first.is_cuda or not _may_apply(op):
         return None
-    parts: list[Any] = [op.fuse_backward, current_stream(first.get_device()), ctx.needs_input_grad,
-                        ctx.present]
+    parts: list[Any] = [op.fuse_backward, current_stream(first.get_device()),
+                        ctx.needs_input_grad, ctx.present, ctx.every, ctx.full]
     for x in saved:
         parts.append((x.shape, x.stride(), x.dtype))
     for g in grads:
@@ -154,6 +161,10 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     """The :class:`_Fast` call of this signature, or None where it takes the general path."""
     arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:],
                                                     saved)
+    if ctx.every:
+        states, spread_ok = restored(op, ctx, arrays, states, cotangents)
+        if not spread_ok:   # recomputed by the forward: the general path
+            return None
     kernel = op.kernel_for(arrays, states, cotangents)
     if kernel is None or next(iter(states.values())).numel() == 0:
         return None
@@ -187,9 +198,67 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
             return None   # summed after the kernel
     if specs.needs_length:
         views.append(None)
+    state_at = where[bound.saved][1]
     return _Fast(bound.runner, plan, [where[lay.name] for lay in plan.layouts],
                  tuple(bound.zeros.values()), [4 * plan.offsets[o] for o in plan.outputs],
-                 views, all(lay.direct for lay in plan.layouts))
+                 views, all(lay.direct for lay in plan.layouts),
+                 (state_at, ctx.full, ctx.every) if ctx.every else None)
+
+
+def checkpoints(op: Any, ctx: Any, values: Sequence[Any], out: Any) -> int | None:
+    """The steps between the states the eager forward saves, or None where it saves every
+    state. Where the fused kernel will run the backward (its policy and recurrence, float32
+    CUDA tensors, a gradient asked for, the kernel compiled or read from a record), the
+    kernel reads the saved state at the last step of each tile alone (``scan.recompute
+    {every}``) and recomputes the others: the forward saves those steps, one in a tile
+    (``h[..., every-1::every]``, 1/512 of the states at the default tile), and the backward
+    lays them out where the kernel reads them (:func:`spread`). A backward that runs anything
+    else recomputes the states with the forward's kernel (:func:`restored`)."""
+    if not (op.checkpoints and torch.is_grad_enabled() and any(ctx.needs_input_grad)
+            and _may_apply(op)):
+        return None
+    rec = op.specs.rec
+    outs = out if isinstance(out, tuple) else (out,)
+    if len(rec.states) != 1:
+        return None
+    tensors = [x for x in values if x is not None and not isinstance(x, int)]
+    tensors.append(outs[op.specs.outputs.index(rec.states[0])])
+    if not all(type(x) is torch.Tensor and x.is_cuda and x.dtype == torch.float32
+               for x in tensors):
+        return None
+    kernel = op._backward_kernel(states=False)
+    return None if kernel is None else int(kernel.scan_plan.tile)
+
+
+def spread(saved: Any, shape: tuple[int, ...], every: int) -> Any:
+    """The states of ``shape`` with the saved ones (one step in ``every``, the last of each
+    tile) where they were; the other steps are not written (the fused kernel reads these
+    alone)."""
+    full = torch.empty(shape, dtype=saved.dtype, device=saved.device)
+    if saved.numel():
+        strides = list(contiguous_strides(shape))
+        strides[-1] = every
+        full.as_strided(saved.shape, strides, every - 1).copy_(saved)
+    return full
+
+
+def restored(op: Any, ctx: Any, arrays: dict[str, Any], states: dict[str, Any],
+             cotangents: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The states of a backward whose forward saved one step in a tile (:func:`checkpoints`):
+    laid out for the fused kernel where the one that runs recomputes from those steps
+    (True), else recomputed by the forward's kernel from the tensors saved (False: a policy
+    changed since, another kernel's tile)."""
+    (name, saved), = states.items()
+    kernel = op.kernel_for(arrays, states, cotangents)
+    if kernel is not None and int(kernel.scan_plan.tile) == ctx.every:
+        return {name: spread(saved, ctx.full, ctx.every)}, True
+    values: list[Any] = [arrays.get(n) for n in op.specs.names]
+    if op.specs.needs_length:
+        values.append(ctx.full[-1])
+    with torch.no_grad():
+        out = op.forward_call(values)
+    outs = out if isinstance(out, tuple) else (out,)
+    return {name: outs[op.specs.outputs.index(name)]}, False
 
 
 def bindings() -> Any:

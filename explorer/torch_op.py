@@ -169,6 +169,10 @@ class RecurrenceOp:
         self.bindings = backward_kernel.bindings()
         #: whether the fused backward kernel takes the recurrence (decided on first use)
         self.kernel_form: bool | None = None
+        #: whether the eager forward saves the state one step in the fused backward kernel's
+        #: tile alone where that kernel will run (``backward_kernel.checkpoints``); False:
+        #: every state
+        self.checkpoints = True
         #: the eager forward's launches, bound per signature (:meth:`forward_call`)
         self.forward_bound = backward_kernel.bindings()
         key = compiled.key + ("_lane" if lane_gradients else "")
@@ -333,13 +337,21 @@ class RecurrenceOp:
             return hit
 
     # -- autograd ------------------------------------------------------------------------------
-    def _setup(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    def _setup(self, ctx: Any, inputs: tuple[Any, ...], output: Any,
+               every: int | None = None) -> None:
+        """What the backward reads, saved: the tensors given and the states; with ``every``
+        (the eager forward, where the fused kernel will run: ``backward_kernel.checkpoints``)
+        the state one step in ``every`` alone, the steps the kernel recomputes from."""
         outs = output if isinstance(output, tuple) else (output,)
         ctx.set_materialize_grads(False)   # an output the loss does not read stays None
         n = len(self.specs.names)
         tensors = list(inputs[:n])
         ctx.present = tuple(x is not None for x in tensors)
         states = [outs[self.specs.outputs.index(s)] for s in self.specs.rec.states]
+        ctx.every, ctx.full = every, None
+        if every:
+            ctx.full = tuple(states[0].shape)
+            states = [states[0][..., every - 1::every].contiguous()]
         ctx.save_for_backward(*[x for x in tensors if x is not None], *states)
 
     def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
@@ -425,7 +437,7 @@ class _Eager(torch.autograd.Function):
     def forward(ctx: Any, op: RecurrenceOp, *values: Any) -> Any:
         out = op.forward_call(values)
         ctx.op = op
-        op._setup(ctx, tuple(values), out)
+        op._setup(ctx, tuple(values), out, backward_kernel.checkpoints(op, ctx, values, out))
         return out
 
     @staticmethod
@@ -438,6 +450,8 @@ class _Eager(torch.autograd.Function):
             return (None, *done)
         arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:],
                                                         saved)
+        if ctx.every:   # the states saved one step in a tile: laid out again
+            states, _ = backward_kernel.restored(op, ctx, arrays, states, cotangents)
         return (None, *op._pack(arrays, op.fused(arrays, states, cotangents, needed)))
 
 

@@ -523,15 +523,16 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     """The eager backward's bound call (``backward_kernel.fast``: one allocation, one memset,
     one launch, a view per gradient) is taken from a signature's first call; a signature it
     does not fit (a cotangent laid out otherwise) and a policy changed after it was bound take
-    the general path. Every time the gradients against torch autograd through the float64
-    loop."""
+    the general path. The forward saves the states at the kernel's tile ends alone (all of
+    them with ``op.checkpoints = False``); a backward that then runs the adjoint recomputes
+    them. Every time the gradients against torch autograd through the float64 loop."""
     from explorer import backward_kernel
     from explorer.torch_runner import Runner
     from tests.unit.test_fused_adjoint import _readouts_grads
 
     text = ex.PRESETS["selective scan"]
     rec = Recurrence.parse(text)
-    arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=300)
+    arrays, h0 = _inputs(text, batch=(2, 3), n=4, length=1100)
     cot, ref = _readouts_grads(rec, arrays, h0)
     op = _op(text, DEFAULT)
     op.bindings = backward_kernel.bindings()   # what other tests bound on this op: dropped
@@ -560,6 +561,15 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     got = torch.autograd.grad(out, list(leaves.values()), g)
     check({k: v.cpu() for k, v in zip(leaves, got)})
     assert False in kept()
+    # the forward saved the states at steps 511 and 1023 alone (the kernel's tiles of 512)
+    saved = op(**leaves)[name].grad_fn.saved_tensors[-1]
+    assert tuple(saved.shape) == (2, 3, 4, 2)
+    op.checkpoints = False
+    try:
+        assert tuple(op(**leaves)[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 1100)
+        check(_cuda_grads(op, rec, arrays, h0, cot))
+    finally:
+        op.checkpoints = True
     calls: list[int] = []
     runner_call = Runner.__call__
 
@@ -572,9 +582,18 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     try:
         op.fuse_backward = "never"
         check(_cuda_grads(op, rec, arrays, h0, cot))
+        assert calls   # the adjoint scan ran: the bound call was not taken
+        calls.clear()
+        # a forward that saved one step in a tile, a backward that runs the adjoint: the
+        # states recomputed by the forward's kernel
+        op.fuse_backward = policy
+        out = op(**leaves)[name]
+        op.fuse_backward = "never"
+        got = torch.autograd.grad(out, list(leaves.values()), c)
+        check({k: v.cpu() for k, v in zip(leaves, got)})
+        assert calls
     finally:
         op.fuse_backward = policy
-    assert calls   # the adjoint scan ran: the bound call was not taken
 
 
 @pytest.mark.gpu
