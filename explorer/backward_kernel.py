@@ -214,8 +214,8 @@ def checkpoints(op: Any, ctx: Any, values: Sequence[Any], out: Any) -> int | Non
     (``h[..., every-1::every]``, 1/512 of the states at the default tile), and the backward
     lays them out where the kernel reads them (:func:`spread`). A backward that runs anything
     else recomputes the states with the forward's kernel (:func:`restored`)."""
-    if not (op.checkpoints and torch.is_grad_enabled() and any(ctx.needs_input_grad)
-            and _may_apply(op)):
+    # (a Function's forward runs with grad mode off: what is asked of it is needs_input_grad)
+    if not (op.checkpoints and any(ctx.needs_input_grad) and _may_apply(op)):
         return None
     rec = op.specs.rec
     outs = out if isinstance(out, tuple) else (out,)
