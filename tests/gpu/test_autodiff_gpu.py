@@ -523,9 +523,10 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     """The eager backward's bound call (``backward_kernel.fast``: one allocation, one memset,
     one launch, a view per gradient) is taken from a signature's first call; a signature it
     does not fit (a cotangent laid out otherwise) and a policy changed after it was bound take
-    the general path. The forward saves the states at the kernel's tile ends alone (all of
-    them with ``op.checkpoints = False``); a backward that then runs the adjoint recomputes
-    them. Every time the gradients against torch autograd through the float64 loop."""
+    the general path. With ``op.checkpoints = True`` the forward saves the states at the
+    kernel's tile ends alone (these small ones it saves whole by default), and a backward that
+    then runs the adjoint recomputes them. Every time the gradients against torch autograd
+    through the float64 loop."""
     from explorer import backward_kernel
     from explorer.torch_runner import Runner
     from tests.unit.test_fused_adjoint import _readouts_grads
@@ -561,16 +562,9 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     got = torch.autograd.grad(out, list(leaves.values()), g)
     check({k: v.cpu() for k, v in zip(leaves, got)})
     assert False in kept()
-    # the forward saved the states at steps 511 and 1023 alone (the kernel's tiles of 512)
+    # states this small are saved whole ("auto"; a saved output read while the output lives)
     res = op(**leaves)
-    assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 2)
-    op.checkpoints = False
-    try:
-        res = op(**leaves)   # (a saved output is read while the output lives)
-        assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 1100)
-        check(_cuda_grads(op, rec, arrays, h0, cot))
-    finally:
-        op.checkpoints = True
+    assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 1100)
     calls: list[int] = []
     runner_call = Runner.__call__
 
@@ -581,6 +575,14 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     monkeypatch.setattr(Runner, "__call__", counted)
     policy = op.fuse_backward
     try:
+        # checkpoints: the states at steps 511 and 1023 alone (the kernel's tiles of 512)
+        op.checkpoints = True
+        res = op(**leaves)
+        assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 2)
+        for _ in range(2):
+            check(_cuda_grads(op, rec, arrays, h0, cot))
+        assert sum(isinstance(v, backward_kernel._Fast) for v in kept()) == 2
+        assert not calls
         op.fuse_backward = "never"
         check(_cuda_grads(op, rec, arrays, h0, cot))
         assert calls   # the adjoint scan ran: the bound call was not taken
@@ -595,6 +597,7 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
         assert calls
     finally:
         op.fuse_backward = policy
+        op.checkpoints = "auto"
 
 
 @pytest.mark.gpu
