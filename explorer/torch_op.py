@@ -30,7 +30,10 @@ host; slow, for checking the derivation, for instance with ``torch.autograd.grad
 the results are float64.  Other dtypes are refused.
 
 Saved for backward: the tensors given (inputs, parameters, initial states) and the forward's
-state outputs; everything else is recomputed (see :mod:`explorer.autodiff`).  What the backward
+state outputs; everything else is recomputed (see :mod:`explorer.autodiff`).  Where the fused
+backward kernel will run (eager mode, CUDA; :mod:`explorer.backward_kernel`) it reads the states
+at its tiles' last steps alone: there the forward saves those (one step in 512) instead, where
+the states take 256 MiB or more (``op.checkpoints``: ``"auto"``, True, False).  What the backward
 lays out on the GPU, for ``h[t] = a[t] * h[t-1] + b[t]``: ``a_next[t] = a[t+1]`` (one copy: the
 adjoint kernel reads its inputs in step), the adjoint ``lam`` (the kernel's output), and
 ``dL/da = lam * h[t-1]`` computed on the shifted saved trajectory (no tensor of ``h[t-1]``, no
