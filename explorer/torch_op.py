@@ -427,9 +427,13 @@ def _eager(values: Sequence[Any]) -> bool:
             or torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
         return False
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    return all(x is None or isinstance(x, int | list) or
-               (type(x) is torch.Tensor and not wrapped(x))
-               for x in values)
+    for x in values:   # a loop, not all() over a generator: this runs on every call
+        if type(x) is torch.Tensor:
+            if wrapped(x):
+                return False
+        elif not (x is None or isinstance(x, int | list)):
+            return False
+    return True
 
 
 class _Eager(torch.autograd.Function):
