@@ -33,18 +33,11 @@ from typing import Any
 
 import torch
 
+from explorer.adjoint_options import CHECKPOINT_BYTES
 from explorer.runtime.cuda_plan import PlanCache, contiguous_strides, current_stream, enqueue
 
 #: signatures bound per kernel (least recently used dropped first)
 KEPT = 8
-
-#: the states' bytes from which the eager forward saves one step in a tile alone
-#: (``op.checkpoints = "auto"``, :func:`checkpoints`): checkpoints cost a gather after the
-#: forward and a scatter before the kernel, two small kernels and their host work, measured
-#: (H200, a training step of the selective scan) 0.42 against 0.34 ms at 2 x 512 x 16 x 2^10
-#: (64 MiB of states) and 3.37 against 3.28 ms at 8 x 1536 x 16 x 2^11 (1.5 GiB, the memory kept
-#: by the forward 100 MiB against 1632)
-CHECKPOINT_BYTES = 256 * 2**20
 
 
 def applies(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:

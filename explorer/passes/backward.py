@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from explorer.adjoint_options import CHECKPOINT_BYTES
 from explorer.dialect import scan
 from explorer.errors import CompileError, OptionError
 from explorer.passes.fused_adjoint import BACKWARD_TILE, FusedAdjoint, derived
@@ -62,7 +63,11 @@ class BackwardPlan:
                 f"{self.elements} steps (tiles of {self.tile} steps, the last first); "
                 "per tile and lane the forward's states are recomputed from the saved state "
                 "before the tile, then the adjoint is scanned back (a suffix scan: shuffles "
-                "down), and every gradient reduced in the kernel\n\n" + self.adjoint.text())
+                "down), and every gradient reduced in the kernel. It reads the saved states "
+                f"at the tiles' last steps alone: the torch operator's forward saves those, "
+                f"one step in {self.tile}, where the states take "
+                f"{CHECKPOINT_BYTES // 2**20} MiB or more (op.checkpoints)\n\n"
+                + self.adjoint.text())
 
 
 def tile_of(options: Any) -> tuple[int, int]:
