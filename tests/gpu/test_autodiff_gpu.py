@@ -462,6 +462,22 @@ def test_launch_plans_refuse_what_prepare_refuses():
         kernel.launch_torch(a=a, b=a.double())                            # float64, no cast
 
 
+def _adjoint_calls(op: Any, monkeypatch: Any) -> list[int]:
+    """A list that grows by one each time ``op``'s adjoint runner is called (for the rest of
+    the test)."""
+    from explorer.torch_runner import Runner
+
+    calls: list[int] = []
+    runner_call = Runner.__call__
+
+    def counted(self: Any, *args: Any) -> Any:
+        if self is op.adjoint_runner:
+            calls.append(1)
+        return runner_call(self, *args)
+    monkeypatch.setattr(Runner, "__call__", counted)
+    return calls
+
+
 KERNEL_CASES = [c for c in CASES if c[2] == DEFAULT and kernel_applies(c[1])]
 
 
@@ -480,7 +496,6 @@ def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options
     A loss of every output runs the ``backward=True`` kernel, one of the readouts alone the
     ``"readouts"`` one. Twice, the second time with other cotangents through the call bound
     by the first (its launch plan and sums kept, the tensors new)."""
-    from explorer.torch_runner import Runner
     from tests.unit.test_fused_adjoint import _readouts_grads
 
     rec = Recurrence.parse(text)
@@ -493,14 +508,7 @@ def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options
     cot, ref = (_reference_grads if loss == "every output" else _readouts_grads)(
         rec, arrays, h0)
     op = _op(text, options)
-    calls: list[int] = []
-    runner_call = Runner.__call__
-
-    def counted(self: Any, *args: Any) -> Any:
-        if self is op.adjoint_runner:
-            calls.append(1)
-        return runner_call(self, *args)
-    monkeypatch.setattr(Runner, "__call__", counted)
+    calls = _adjoint_calls(op, monkeypatch)
     policy = op.fuse_backward
     try:
         op.fuse_backward = "kernel"
@@ -528,7 +536,6 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     then runs the adjoint recomputes them. Every time the gradients against torch autograd
     through the float64 loop."""
     from explorer import backward_kernel
-    from explorer.torch_runner import Runner
     from tests.unit.test_fused_adjoint import _readouts_grads
 
     text = ex.PRESETS["selective scan"]
@@ -565,14 +572,7 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     # states this small are saved whole ("auto"; a saved output read while the output lives)
     res = op(**leaves)
     assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 1100)
-    calls: list[int] = []
-    runner_call = Runner.__call__
-
-    def counted(self: Any, *args: Any) -> Any:
-        if self is op.adjoint_runner:
-            calls.append(1)
-        return runner_call(self, *args)
-    monkeypatch.setattr(Runner, "__call__", counted)
+    calls = _adjoint_calls(op, monkeypatch)
     policy = op.fuse_backward
     try:
         # checkpoints: the states at steps 511 and 1023 alone (the kernel's tiles of 512)
