@@ -60,3 +60,13 @@ def test_a_backward_without_the_kernel_recomputes_the_states():
     assert not spread_ok
     assert torch.equal(states["h"], out["h"])
     assert np.isfinite(states["h"].numpy()).all()
+
+
+def test_an_unknown_checkpoints_setting_is_refused():
+    """``op.checkpoints`` is True, False or "auto"; anything else is refused at the forward,
+    not read as one of them."""
+    from explorer.backward_kernel import checkpoints
+
+    op = SimpleNamespace(checkpoints="yes")
+    with pytest.raises(ValueError, match="True, False or 'auto'"):
+        checkpoints(op, SimpleNamespace(needs_input_grad=(False, True)), [], None)
