@@ -161,6 +161,10 @@ class RecurrenceOp:
         self.backward: Backward = grad(rec, lane_gradients)
         self.reverse = bool(compiled.options.get("reverse", False))
         self.specs = _Specs(rec)
+        #: made once for every call: the positional names, all names, the states' outputs
+        self._arg_names = [n for n, _, _ in self.specs.args]
+        self._known = set(self.specs.names)
+        self._state_outputs = [self.specs.outputs.index(s) for s in rec.states]
         self.adjoint_specs = _Specs(self.backward.recurrence, sums=True)
         self._compiles: dict[tuple[str, str], Compiled] = {}
         self._compile_lock = threading.Lock()
@@ -219,7 +223,7 @@ class RecurrenceOp:
 
     # -- calling -------------------------------------------------------------------------------
     def __call__(self, *args: Any, L: int | None = None, **kwargs: Any) -> Any:
-        names = [n for n, _, _ in self.specs.args]
+        names = self._arg_names
         if len(args) > len(names):
             raise TypeError(f"{len(args)} positional tensors given, the recurrence takes "
                             f"{len(names)} ({', '.join(names)}); give initial states by name")
@@ -228,8 +232,7 @@ class RecurrenceOp:
             if k in given:
                 raise TypeError(f"{k} given twice")
             given[k] = v
-        known = set(self.specs.names)
-        extra = sorted(set(given) - known)
+        extra = sorted(set(given) - self._known)
         if extra:
             raise TypeError(f"unexpected tensors: {', '.join(extra)} (the recurrence takes "
                             f"{', '.join(self.specs.names)})")
@@ -350,7 +353,7 @@ class RecurrenceOp:
         n = len(self.specs.names)
         tensors = list(inputs[:n])
         ctx.present = tuple(x is not None for x in tensors)
-        states = [outs[self.specs.outputs.index(s)] for s in self.specs.rec.states]
+        states = [outs[i] for i in self._state_outputs]
         ctx.every, ctx.full = every, None
         if every:
             ctx.full = tuple(states[0].shape)
