@@ -42,7 +42,6 @@ KEPT = 8
 
 def applies(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
     """Whether ``op``'s backward on these tensors runs the fused kernel."""
-
     from explorer.passes.fused_adjoint import supported
 
     if op.fuse_backward not in ("auto", "kernel") or op.reverse or op.lane_gradients:
@@ -285,7 +284,6 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
               cotangents: dict[str, Any], needed: set[str]) -> dict[str, Any]:
     """The gradients of ``needed`` from the kernel of ``compiled`` (a ``backward=True`` or
     ``"readouts"`` compile of ``op``'s recurrence)."""
-
     from explorer.passes.backward import reads_states as compiled_reads
     from explorer.runtime.cuda_plan import run_plan
 
