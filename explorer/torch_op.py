@@ -178,7 +178,7 @@ class RecurrenceOp:
         self.kernel_form: bool | None = None
         #: whether the eager forward saves the state one step in the fused backward kernel's
         #: tile alone where that kernel will run (``backward_kernel.checkpoints``): True,
-        #: False (every state) or "auto" (from ``backward_kernel.CHECKPOINT_BYTES`` of states)
+        #: False (every state) or "auto" (from ``adjoint_options.CHECKPOINT_BYTES`` of states)
         self.checkpoints: bool | str = "auto"
         #: the eager forward's launches, bound per signature (:meth:`forward_call`)
         self.forward_bound = backward_kernel.bindings()
