@@ -16,7 +16,8 @@ import explorer as ex
 
 torch = pytest.importorskip("torch")
 
-from explorer.backward_kernel import CHECKPOINT_BYTES, restored, spread  # noqa: E402
+from explorer.adjoint_options import CHECKPOINT_BYTES  # noqa: E402
+from explorer.backward_kernel import restored, spread  # noqa: E402
 
 
 @pytest.mark.parametrize("length", [1100, 1024, 511, 512, 7])
