@@ -196,26 +196,16 @@ def test_a_plan_edited_to_other_terms_is_refused(backward_compile):
 
 
 def test_a_record_keeps_the_tile_and_refuses_another(backward_compile, tmp_path):
-    import gzip
-    import hashlib
-    import json
-
     from explorer.compiler import load_compiled
+    from tests.unit.test_hostile_records import _rewrite
 
     path = backward_compile.dump(tmp_path / "bw.json.gz")
     back = load_compiled(path)
     assert (back.scan_plan.threads, back.scan_plan.elements) == (32, 16)
     assert back.outputs == backward_compile.outputs
-    head, body = gzip.decompress(path.read_bytes()).split(b"\n", 1)
-    payload = json.loads(body)
-    payload["plan"] = {"backward": [64, 16]}
-    body = json.dumps(payload).encode()
-    header = json.loads(head)
-    header["sha256"] = hashlib.sha256(body).hexdigest()
-    bad = tmp_path / "bad.json.gz"
-    bad.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n" + body))
+    _rewrite(path, lambda payload: payload.update(plan={"backward": [64, 16]}))
     with pytest.raises(ValueError, match="disagrees"):
-        load_compiled(bad)
+        load_compiled(path)
 
 
 def test_the_readouts_compile_reads_no_state_cotangent_and_its_record_says_so(tmp_path):
@@ -224,6 +214,7 @@ def test_the_readouts_compile_reads_no_state_cotangent_and_its_record_says_so(tm
     from explorer.compiler import load_compiled
     from explorer.dialect import scan
     from explorer.passes.backward import read_plan
+    from tests.unit.test_hostile_records import _rewrite
 
     c = ex.compile(ex.PRESETS["selective scan"], target="cuda", backward="readouts")
     assert '"scan.adjoint"() {c = "C*grad_y", state = "lam_h"' in c.stages["plan"].text
@@ -245,21 +236,10 @@ def test_the_readouts_compile_reads_no_state_cotangent_and_its_record_says_so(tm
         ex.compile(TEXTS["diagonal, no readout"], target="cuda", backward="readouts")
     # a record whose option is edited to the other kernel's is refused (its plan would say a
     # c[t] its kernel does not compute)
-    import gzip
-    import hashlib
-    import json
-
     path = tmp_path / "r.json.gz"
-    head, body = gzip.decompress(path.read_bytes()).split(b"\n", 1)
-    payload = json.loads(body)
-    payload["options"]["backward"] = True
-    body = json.dumps(payload).encode()
-    header = json.loads(head)
-    header["sha256"] = hashlib.sha256(body).hexdigest()
-    edited = tmp_path / "edited.json.gz"
-    edited.write_bytes(gzip.compress(json.dumps(header).encode() + b"\n" + body))
+    _rewrite(path, lambda payload: payload["options"].update(backward=True))
     with pytest.raises(ValueError, match="backward kernel reads"):
-        load_compiled(edited)
+        load_compiled(path)
 
 
 def test_the_kernel_policy_keeps_the_formulas_on_the_cpu():
