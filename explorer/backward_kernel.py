@@ -42,11 +42,7 @@ KEPT = 8
 
 def applies(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
     """Whether ``op``'s backward on these tensors runs the fused kernel."""
-    from explorer.passes.fused_adjoint import supported
-
-    if op.fuse_backward not in ("auto", "kernel") or op.reverse or op.lane_gradients:
-        return False
-    if supported(op.compiled.form) is not None:
+    if not _may_apply(op):
         return False
     tensors = [*arrays.values(), *states.values()]
     return all(type(x) is torch.Tensor and x.is_cuda and x.dtype == torch.float32
@@ -145,8 +141,9 @@ def fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
 
 def _may_apply(op: Any) -> bool:
     """What :func:`applies` decides of the operator alone (its policy, its recurrence),
-    without a tensor: asked before a key is made, so that an operator whose backward never
-    runs the kernel (a scalar recurrence's, ``fuse_backward="never"``) pays nothing for it."""
+    without a tensor: also asked before a key is made, so that an operator whose backward
+    never runs the kernel (a scalar recurrence's, ``fuse_backward="never"``) pays nothing for
+    it."""
     if op.fuse_backward not in ("auto", "kernel") or op.reverse or op.lane_gradients:
         return False
     if op.kernel_form is None:   # decided once per operator
@@ -219,11 +216,10 @@ def checkpoints(op: Any, ctx: Any, values: Sequence[Any], out: Any) -> int | Non
     # (a Function's forward runs with grad mode off: what is asked of it is needs_input_grad)
     if op.checkpoints is False or not any(ctx.needs_input_grad) or not _may_apply(op):
         return None
-    rec = op.specs.rec
     outs = out if isinstance(out, tuple) else (out,)
-    if len(rec.states) != 1:
+    if len(op._state_outputs) != 1:
         return None
-    h = outs[op.specs.outputs.index(rec.states[0])]
+    h = outs[op._state_outputs[0]]
     tensors = [x for x in values if x is not None and not isinstance(x, int)]
     if not all(type(x) is torch.Tensor and x.is_cuda and x.dtype == torch.float32
                for x in (*tensors, h)):

@@ -69,7 +69,7 @@ from explorer.adjoint_options import ADJOINT_TILE, chosen_tile
 from explorer.autodiff import Backward, grad
 from explorer.fused_backward import FusedBackward, check_policy
 from explorer.gradients import gradients
-from explorer.runtime.cuda_plan import current_stream
+from explorer.runtime.cuda_plan import PlanCache, current_stream
 from explorer.torch_arrays import TorchOps
 from explorer.torch_runner import Runner as _Runner
 from explorer.torch_runner import Specs as _Specs
@@ -181,7 +181,7 @@ class RecurrenceOp:
         #: False (every state) or "auto" (from ``adjoint_options.CHECKPOINT_BYTES`` of states)
         self.checkpoints: bool | str = "auto"
         #: the eager forward's launches, bound per signature (:meth:`forward_call`)
-        self.forward_bound = backward_kernel.bindings()
+        self.forward_bound = PlanCache(backward_kernel.KEPT)
         key = compiled.key + ("_lane" if lane_gradients else "")
         forward = _Runner(self.specs, self.reverse, self._forward_for)
         adjoint = _Runner(self.adjoint_specs, True, self._adjoint_for,
