@@ -193,8 +193,8 @@ def kernel_specs(form: Any, options: Options, plan: Any = None) -> list[KernelSp
                 launch_unless_longer_than=(longest if role == "short" else
                                            TIME_CHUNK if whole_only else None),
                 min_blocks_per_sm=(max(1, lookback_threads_per_sm(
-                                       int(options.lookback_elements), opts.tile_layout)
-                                       // threads) if role == "lookback"
+                                       int(options.lookback_elements), opts.tile_layout,
+                                       options.dtype) // threads) if role == "lookback"
                                    else max(1, lane_loop_threads_per_sm(
                                        int(options.elements_per_thread)) // bs) if lane_loop
                                    else 0),

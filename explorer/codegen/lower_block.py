@@ -26,7 +26,7 @@ from explorer.codegen.lower_warp import (
     warp_tree,
     warp_tree_host,
 )
-from explorer.codegen.packed import Packing, packs_outputs
+from explorer.codegen.packed import Packing, copy_tile, packs_outputs
 from explorer.codegen.threads import (
     WARP,
     Threads,
@@ -258,10 +258,15 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
         vals = if_else(whole, [f32()] * (E * width), lambda: flat(False), lambda: flat(True))
         return [alg.pack(vals[j * width:(j + 1) * width]) for j in range(E)]
 
+    # a packed float32 tile of streams read forwards lands in the stage by asynchronous
+    # copies on the GPU: no register holds it on the way, so more blocks fit an SM
+    copied = (packing is not None and th.gpu and prefetched is None
+              and packing.copies(ins))
+
     reduce = mode == "reduce"
     carry0 = alg.identity().values() if reduce else list(init)
     nc = len(carry0)
-    first_tile = (prefetched if prefetched is not None else
+    first_tile = (prefetched if prefetched is not None else [] if copied else
                   load_tile(begin, th.tid) if th.gpu else [])   # type: ignore[arg-type]
     start = list(carry0) + first_tile + list(sums)
     npref = len(first_tile)
@@ -281,7 +286,13 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
                 # a moved stream's values land in slots that other threads read for the tile
                 # before (its outputs leave through the stage)
                 th.barrier()
-            put_tile(th.tid, pref, t0)      # type: ignore[arg-type]
+            if copied:
+                assert packing is not None and th.tid is not None
+                tid = th.tid
+                copy_tile(packing, stage, ins, tid, t0, end, bs, E, aligned,
+                          lambda: put_tile(tid, load_tile(t0, tid), t0))
+            else:
+                put_tile(th.tid, pref, t0)      # type: ignore[arg-type]
             th.barrier()
         else:
             th.each(lambda tid: put_tile(tid, load_tile(t0, tid), t0))

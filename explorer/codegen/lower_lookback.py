@@ -52,6 +52,7 @@ from explorer.codegen.emit import (
 )
 from explorer.codegen.gen import Gen
 from explorer.codegen.lower_block import block_scan, direct_tiles
+from explorer.codegen.packed import shares_stage
 from explorer.codegen.threads import WARP, Threads, if_then, min_i, padded, shuffle_element
 from explorer.frontend.names import AGGREGATES, CARRIES, TILE_FLAGS
 
@@ -75,8 +76,16 @@ LOOKBACK_THREADS_PER_SM_DIRECT_16 = 640
 LOOKBACK_THREADS_PER_SM_32 = 768
 
 
-def lookback_threads_per_sm(elements: int, layout: str) -> int:
+#: the same for a packed float32 tile, which its tiles reach by asynchronous copies (no
+#: register holds a load): 12 blocks of 128 threads by 16 elements, the most whose stages
+#: (16 KiB each) an SM holds
+LOOKBACK_THREADS_PER_SM_COPIED = 1536
+
+
+def lookback_threads_per_sm(elements: int, layout: str, dtype: str = "float32") -> int:
     """Resident threads per SM asked of ptxas for the look-back kernel."""
+    if layout == "packed" and dtype == "float32" and elements <= 16:
+        return LOOKBACK_THREADS_PER_SM_COPIED
     if layout == "direct" and elements > 8:
         return LOOKBACK_THREADS_PER_SM_DIRECT_16
     if elements > 16:
@@ -286,16 +295,17 @@ def lookback_block(gen: Gen, th: Threads, bid: Value, stage: Sequence[Value],
         return chained(total)
 
     # a packed tile (scan.lookback {layout = "packed"}): the inputs' stage buffers, then the
-    # outputs' (shared_layout.stage_counts)
+    # outputs' where they have their own (shared_layout.stage_counts)
     tile_packed = gen.options.tile_layout == "packed"
     outs = gen.out_streams(seq)
     nin = len(names) if tile_packed else len(stage)
-    assert not tile_packed or len(stage) == nin + len(outs), "packed stage buffers"
+    shared = tile_packed and shares_stage(gen.options, nin, len(outs))
+    assert not tile_packed or len(stage) == nin + (0 if shared else len(outs)), "packed stage"
     block_scan(gen, th, int(gen.options.lookback_elements), stage[:nin], aggbuf,
                gen.in_streams(seq, names), outs, element, outputs, begin, end,
                h0, "inclusive", state_before, single_tile=True, on_total=announce,
                last_state=gen.last_state_hook(seq), direct=direct_tiles(gen, th),
-               packed=tile_packed, out_stage=stage[nin:])
+               packed=tile_packed, out_stage=stage[:len(outs)] if shared else stage[nin:])
 
 
 def _walk(gen: Gen, mem: Memory, lane: Value, lanes: int, first_tile: Value, k: Value,

@@ -15,7 +15,7 @@ from explorer.codegen.hoist import ChannelSplit, split_channel
 from explorer.codegen.lower_grid import blelloch_shapes
 from explorer.codegen.lower_sequential import seq_layout
 from explorer.codegen.options import ELEMENT_BYTES, Options
-from explorer.codegen.packed import packs_outputs
+from explorer.codegen.packed import packs_outputs, shares_stage
 
 
 def lane_loop_split(form: Any, plan: Any) -> ChannelSplit | None:
@@ -38,13 +38,14 @@ def packed_lookback(plan: Any) -> bool:
 
 def stage_counts(form: Any, options: Options, plan: Any) -> dict[str, int]:
     """Stage buffers of each kernel role: with a packed look-back the inputs' come first, then
-    the outputs'."""
+    the outputs' where they have their own (:func:`explorer.codegen.packed.shares_stage`)."""
     alg = Algebra(form.A)
     coeff = {s.name for s in (*form.A.free_symbols, *form.b.free_symbols)}
     io = scan_io(form, plan.stored, plan.lane_sum)
     split = lane_loop_split(form, plan)
     scan = max(1, len(split.lane_inputs if split is not None else io.inputs), len(io.outputs))
-    look = len(io.inputs) + len(io.outputs) if packed_lookback(plan) else scan
+    own = 0 if shares_stage(options, len(io.inputs), len(io.outputs)) else len(io.outputs)
+    look = len(io.inputs) + own if packed_lookback(plan) else scan
     return {"scan": scan, "lookback": look,
             "reduce": max(1, len([n for n in form.inputs if n in coeff])),
             "carry": max(alg.width, alg.S)}

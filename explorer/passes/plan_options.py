@@ -48,21 +48,42 @@ def packable(options: Any, elements: int) -> bool:
             and (elements * size) % 16 == 0 and not options.read_offsets)
 
 
-def packed_tile(form: Any, options: Any) -> bool:
-    """Whether the look-back kernel takes PACKED_LOOKBACK_TILE where its tile is left open:
-    16-bit inputs that :func:`lookback_layout` packs by itself."""
-    return (options.lookback_layout == "auto" and narrow_direct(form, options)
-            and packable(options, PACKED_LOOKBACK_TILE[1]))
+#: the look-back tile of float32 inputs in a packed stage, which its tiles reach by
+#: asynchronous copies (:func:`copied_float32`): measured outside the compiler on an H200 (CUDA C,
+#: 1 x 2^26; README, *Asynchronous copies into a packed stage*), 128 x 16 tiles copied
+#: asynchronously at 13 blocks an SM 0.829 of a copy against 0.768 at 10 blocks and 0.722 for
+#: loads through registers
+COPIED_LOOKBACK_TILE = (128, 16)
+
+
+def copied_float32(form: Any, options: Any) -> bool:
+    """Whether ``lookback_layout="auto"`` packs a float32 look-back tile, which then lands in
+    the stage by asynchronous copies: a scalar first-order state forwards in time on the GPU
+    whose tile moves at most LOOKBACK_WIDE_STREAMS arrays, ``tile_layout`` left open."""
+    return bool(options.lookback_layout == "auto" and options.tile_layout == "auto"
+                and options.target == "cuda" and options.dtype == "float32"
+                and not options.reverse and scalar_first_order(form)
+                and few_streams(form.recurrence, options.outputs))
+
+
+def packed_tile(form: Any, options: Any) -> tuple[int, int] | None:
+    """The look-back kernel's tile where it is left open and :func:`lookback_layout` packs it
+    by itself: PACKED_LOOKBACK_TILE for 16-bit inputs, COPIED_LOOKBACK_TILE for float32."""
+    if options.lookback_layout != "auto":
+        return None
+    tile = (PACKED_LOOKBACK_TILE if narrow_direct(form, options) else
+            COPIED_LOOKBACK_TILE if copied_float32(form, options) else None)
+    return tile if tile is not None and packable(options, tile[1]) else None
 
 
 def lookback_elements(form: Any, options: Any) -> int:
-    """``lookback_elements`` resolved: PACKED_LOOKBACK_TILE's where :func:`packed_tile` says
-    so, twice ``elements_per_thread`` (at most 16) for a scalar first-order state whose tile
+    """``lookback_elements`` resolved: the tile of :func:`packed_tile` where it gives one, twice ``elements_per_thread`` (at most 16) for a scalar first-order state whose tile
     moves at most LOOKBACK_WIDE_STREAMS arrays, ``elements_per_thread`` for the others."""
     if options.lookback_elements != "auto":
         return int(options.lookback_elements)
-    if packed_tile(form, options) and options.lookback_threads == "auto":
-        return PACKED_LOOKBACK_TILE[1]
+    tile = packed_tile(form, options)
+    if tile is not None and options.lookback_threads == "auto":
+        return tile[1]
     E = int(options.elements_per_thread)
     return min(16, 2 * E) if scalar_first_order(form) and few_streams(form.recurrence,
                                                                        options.outputs) else E
@@ -75,13 +96,14 @@ LOOKBACK_THREADS = 256
 
 def lookback_threads(form: Any, options: Any, elements: int) -> int:
     """``lookback_threads`` resolved for a look-back tile of ``elements`` a thread:
-    PACKED_LOOKBACK_TILE's where :func:`packed_tile` says so and the elements are its, at least
+    the tile of :func:`packed_tile` where it gives one and the elements are its, at least
     LOOKBACK_THREADS on the GPU where they are 16 (the scalar first-order default),
     ``block_size`` otherwise."""
     if options.lookback_threads != "auto":
         return int(options.lookback_threads)
-    if packed_tile(form, options) and elements == PACKED_LOOKBACK_TILE[1]:
-        return PACKED_LOOKBACK_TILE[0]
+    tile = packed_tile(form, options)
+    if tile is not None and elements == tile[1]:
+        return tile[0]
     if options.target == "cuda" and elements == 16:
         return max(int(options.block_size), LOOKBACK_THREADS)
     return int(options.block_size)
@@ -168,11 +190,14 @@ def lookback_layout(form: Any, options: Any, layout: str, elements: int) -> str:
     thread: the option ``lookback_layout`` where given; else ``layout`` (``scan.thread``'s),
     but where :func:`narrow_direct` made that direct, packed (16-bit inputs: their stage holds
     them as 16-bit values, read back in vectors; README, *A packed stage for 16-bit look-back
-    tiles*) where :func:`packable`, staged otherwise."""
+    tiles*) where :func:`packable`, staged otherwise; packed too where
+    :func:`copied_float32` (float32 inputs reach the stage by asynchronous copies)."""
     if options.lookback_layout != "auto":
         return str(options.lookback_layout)
     if narrow_direct(form, options):
         return "packed" if packable(options, elements) else "staged"
+    if copied_float32(form, options) and packable(options, elements):
+        return "packed"
     return layout
 
 

@@ -5,6 +5,7 @@ and the float64 reference; the option and the plan's checks."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from explorer.bench.affine import affine_scan_f64, max_rel_error, tolerance
 from explorer.codegen.options import LOOKBACK_LAYOUTS
 from explorer.errors import CompileError, OptionError
 from explorer.passes.plan import plan_from_dict
-from explorer.passes.plan_options import PACKED_LOOKBACK_TILE
+from explorer.codegen.lower_lookback import LOOKBACK_THREADS_PER_SM_COPIED
+from explorer.passes.plan_options import COPIED_LOOKBACK_TILE, PACKED_LOOKBACK_TILE
 from explorer.runtime.dtypes import from_storage, to_storage
 
 AFFINE = "h[t] = a[t] * h[t-1] + b[t]"
@@ -83,13 +85,66 @@ def test_16_bit_gpu_plans_pack_the_lookback_stage_and_the_option_overrides():
         # a tile given is kept
         mine = ex.compile(AFFINE, target="cuda", dtype=dtype, lookback_threads=256)
         assert (mine.scan_plan.lookback.threads, mine.scan_plan.lookback.elements) == (256, 16)
-    assert ex.compile(AFFINE, target="cuda").scan_plan.lookback.layout == "staged"
-    f32 = ex.compile(AFFINE, target="cuda", lookback_layout="packed")
-    assert f32.scan_plan.lookback.layout == "packed"
+    # float32 too: packed, reached by asynchronous copies; staged when asked, or backwards
+    f32 = ex.compile(AFFINE, target="cuda").scan_plan
+    assert (f32.lookback.layout, f32.lookback.threads, f32.lookback.elements) == (
+        "packed", *COPIED_LOOKBACK_TILE)
+    assert f32.grid.tile == COPIED_LOOKBACK_TILE[0] * COPIED_LOOKBACK_TILE[1]
+    staged = ex.compile(AFFINE, target="cuda", lookback_layout="staged").scan_plan.lookback
+    assert (staged.layout, staged.threads, staged.elements) == ("staged", 256, 16)
+    assert ex.compile(AFFINE, target="cuda", reverse=True).scan_plan.lookback.layout == "staged"
+    assert ex.compile(AFFINE, target="cuda", tile_layout="staged").scan_plan.lookback.layout \
+        == "staged"
     # the packed kernel's PTX reads its stage in 16-byte vectors
     ptx = ex.compile(AFFINE, target="cuda", dtype="bfloat16").ptx
     look = ptx[ptx.index(".entry scanweaver_blelloch_lookback"):]
     assert "ld.shared.v4" in look
+
+
+def _lookback_ptx(c) -> str:
+    ptx = c.ptx
+    return ptx[ptx.index(".entry scanweaver_blelloch_lookback"):]
+
+
+def test_a_float32_packed_tile_reaches_its_stage_by_asynchronous_copies():
+    """16 bytes a copy, ``cp.async.cg`` (no register, no L1 on the way), every copy waited for
+    before the barrier; the kernel asks for LOOKBACK_THREADS_PER_SM_COPIED resident threads.
+    The staged tile and the 16-bit packed one (a stage of 32-bit words) load through
+    registers."""
+    look = _lookback_ptx(ex.compile(AFFINE, target="cuda"))
+    B, E = COPIED_LOOKBACK_TILE
+    # two inputs, E / 4 vectors of each a thread
+    assert look.count("cp.async.cg.shared.global") == 2 * E // 4
+    assert look.index("cp.async.wait_group") < look.index("bar.sync")
+    assert f".minnctapersm {LOOKBACK_THREADS_PER_SM_COPIED // B}" in look
+    for kw in ({"lookback_layout": "staged"}, {"dtype": "bfloat16"}, {"reverse": True}):
+        assert "cp.async" not in _lookback_ptx(ex.compile(AFFINE, target="cuda", **kw)), kw
+
+
+def test_packed_outputs_share_the_inputs_stage_when_they_fit():
+    """float32 outputs of float32 inputs, no more of them than inputs: through the inputs'
+    buffers (the float32 look-back kernel's stage is its inputs' alone); more outputs, or
+    16-bit ones: buffers of their own. On the host, bit for bit the staged tile's."""
+    def counts(text: str, **kw) -> int:
+        """The look-back kernel's stage buffers (its workgroup arrays of a whole tile)."""
+        c = ex.compile(text, target="cuda", **kw)
+        tile = c.scan_plan.grid.tile
+        sizes = re.findall(r"__wg_scanweaver_blelloch_lookback_\d+\[(\d+)\]", c.ptx)
+        return sum(int(n) >= 2 * tile for n in sizes)
+    assert counts(AFFINE) == 2
+    assert counts(AFFINE, dtype="bfloat16") == 3
+    assert counts(AFFINE, dtype="bfloat16", out_dtype="float32") == 3
+    rng = np.random.default_rng(11)
+    x = _inputs(rng, 2, 4113)
+    for text, n in ((AFFINE + "\ny[t] = 2 * h[t]", 2),
+                    (AFFINE + "\ny[t] = 2 * h[t]\nz[t] = 3 * h[t]", 5)):
+        kw = dict(target="cpu", grid="lookback", outputs="all")
+        packed = ex.compile(text, lookback_layout="packed", **kw)
+        staged = ex.compile(text, lookback_layout="staged", **kw)
+        assert counts(text, lookback_layout="packed", outputs="all") == n
+        got, want = packed(**x), staged(**x)
+        for k in want:
+            np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]))
 
 
 def test_the_option_is_checked():
