@@ -77,8 +77,9 @@ def packed_tile(form: Any, options: Any) -> tuple[int, int] | None:
 
 
 def lookback_elements(form: Any, options: Any) -> int:
-    """``lookback_elements`` resolved: the tile of :func:`packed_tile` where it gives one, twice ``elements_per_thread`` (at most 16) for a scalar first-order state whose tile
-    moves at most LOOKBACK_WIDE_STREAMS arrays, ``elements_per_thread`` for the others."""
+    """``lookback_elements`` resolved: the tile of :func:`packed_tile` where it gives one,
+    twice ``elements_per_thread`` (at most 16) for a scalar first-order state whose tile moves
+    at most LOOKBACK_WIDE_STREAMS arrays, ``elements_per_thread`` for the others."""
     if options.lookback_elements != "auto":
         return int(options.lookback_elements)
     tile = packed_tile(form, options)
