@@ -26,6 +26,7 @@ from explorer.codegen.lower_warp import (
     warp_tree,
     warp_tree_host,
 )
+from explorer.codegen.options import async_copies
 from explorer.codegen.packed import Packing, copy_tile, packs_outputs
 from explorer.codegen.threads import (
     WARP,
@@ -261,7 +262,7 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     # a packed float32 tile of streams read forwards lands in the stage by asynchronous
     # copies on the GPU: no register holds it on the way, so more blocks fit an SM
     copied = (packing is not None and th.gpu and prefetched is None
-              and packing.copies(ins))
+              and packing.copies(ins) and async_copies(gen.options.chip))
 
     reduce = mode == "reduce"
     carry0 = alg.identity().values() if reduce else list(init)

@@ -95,6 +95,15 @@ def lookback_supported(chip: str) -> bool:
     return CHIP_PTX[chip] >= LOOKBACK_MIN_PTX
 
 
+#: the first chip with asynchronous copies from global to shared memory (``cp.async``)
+ASYNC_COPY_MIN_SM = 80
+
+
+def async_copies(chip: str) -> bool:
+    """Whether ``chip`` has ``cp.async`` (sm_80 and later)."""
+    return int(chip[3:].rstrip("a")) >= ASYNC_COPY_MIN_SM
+
+
 #: the most elements a thread of the look-back kernel composes (``lookback_elements``) and the
 #: most tiles each lane of its walk examines (``lookback_tiles``), powers of two: what the
 #: lowering implements (a recorded plan is checked against them too)

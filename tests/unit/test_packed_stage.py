@@ -119,6 +119,13 @@ def test_a_float32_packed_tile_reaches_its_stage_by_asynchronous_copies():
     assert f".minnctapersm {LOOKBACK_THREADS_PER_SM_COPIED // B}" in look
     for kw in ({"lookback_layout": "staged"}, {"dtype": "bfloat16"}, {"reverse": True}):
         assert "cp.async" not in _lookback_ptx(ex.compile(AFFINE, target="cuda", **kw)), kw
+    # cp.async came with sm_80: an older chip keeps the staged tile, or loads a packed one
+    # through registers when it is asked for
+    old = ex.compile(AFFINE, target="cuda", chip="sm_75")
+    assert old.scan_plan.lookback.layout == "staged" and "cp.async" not in old.ptx
+    asked = ex.compile(AFFINE, target="cuda", chip="sm_75", lookback_layout="packed")
+    assert asked.scan_plan.lookback.layout == "packed" and "cp.async" not in asked.ptx
+    assert "cp.async.cg" in ex.compile(AFFINE, target="cuda", chip="sm_80").ptx
 
 
 def test_packed_outputs_share_the_inputs_stage_when_they_fit():
