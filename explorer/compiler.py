@@ -226,8 +226,9 @@ def _packed_text(layout: str) -> str:
     if layout != "packed":
         return ""
     return (" (its stage holds the inputs as they are in memory, 16 bits a value for 16-bit "
-            "inputs, and each thread reads its own elements back in 16-byte vectors; "
-            "lookback_layout='staged' stages float32 scalars)")
+            "inputs, and each thread reads its own elements back in 16-byte vectors; float32 "
+            "tiles reach it by asynchronous copies, cp.async, on sm_80 on; "
+            "lookback_layout='staged' stages float32 scalars through registers)")
 
 
 def _grid_text(plan: Any) -> str:

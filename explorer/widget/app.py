@@ -249,7 +249,8 @@ class Explorer(widgets.VBox):
             layout=widgets.Layout(width="300px"), style=style,
             tooltip="how the look-back kernel of few long sequences meets its tile "
                     "(scan.lookback {layout}): staged as float32 scalars, packed as loaded "
-                    "(read back in 16-byte vectors), or direct in registers (GPU)")
+                    "(read back in 16-byte vectors; float32 copied in by cp.async), or direct "
+                    "in registers (GPU)")
         self.lookback_layout.add_class("sw-lookback-layout")
         if len(dtypes) == 1:
             self.dtype.disabled = True
