@@ -77,8 +77,8 @@ LOOKBACK_THREADS_PER_SM_32 = 768
 
 
 #: the same for a packed float32 tile, which its tiles reach by asynchronous copies (no
-#: register holds a load): 12 blocks of 128 threads by 16 elements, the most whose stages
-#: (16 KiB each) an SM holds
+#: register holds a load): 6 blocks of 256 threads by 16 elements (40 registers), the most
+#: whose stages (32 KiB each) an SM holds; 12 of 128 x 16
 LOOKBACK_THREADS_PER_SM_COPIED = 1536
 
 

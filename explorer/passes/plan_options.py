@@ -49,11 +49,11 @@ def packable(options: Any, elements: int) -> bool:
 
 
 #: the look-back tile of float32 inputs in a packed stage, which its tiles reach by
-#: asynchronous copies (:func:`copied_float32`): measured outside the compiler on an H200 (CUDA C,
-#: 1 x 2^26; README, *Asynchronous copies into a packed stage*), 128 x 16 tiles copied
-#: asynchronously at 13 blocks an SM 0.829 of a copy against 0.768 at 10 blocks and 0.722 for
-#: loads through registers
-COPIED_LOOKBACK_TILE = (128, 16)
+#: asynchronous copies (:func:`copied_float32`): measured on an H200 (one call; README,
+#: *Asynchronous copies into a packed float32 stage*), 256 x 16 at 0.818 of a copy at 1 x 2^26
+#: and 0.759 at 16 x 2^20, against 0.798 and 0.742 for 128 x 16 (12 blocks an SM), 0.817 and
+#: 0.759 for 128 x 32 (80 registers), 0.786 and 0.726 for 64 x 32 and 0.793 and 0.737 staged
+COPIED_LOOKBACK_TILE = (256, 16)
 
 
 def copied_float32(form: Any, options: Any) -> bool:
