@@ -162,7 +162,8 @@ def block_scan(gen: Gen, th: Threads, E: int, stage: Sequence[Value], aggbuf: Se
     assert not direct or th.gpu, "direct: GPU"
     assert not extra_held or (direct and len(extra_held) == E * len(extra))
     packing = Packing(gen.options.dtype, E, VL) if packed else None
-    assert not packed or (single_tile and not direct and not extra and out_stage), "packed"
+    assert not packed or (single_tile and not direct and not extra
+                          and (bool(out_stage) or not outs)), "packed"
     ostage = list(out_stage) if packed else list(stage)
     out_packing = packing if packs_outputs(gen.options) else None
 

@@ -188,3 +188,17 @@ def test_recorded_packed_lookbacks_are_checked():
     short["short"]["layout"] = "packed"
     with pytest.raises(ValueError, match="short kernel's tiles"):
         plan_from_dict(short)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_packed_tile_that_streams_no_output(dtype: str):
+    """``outputs=["h_last"]``: the tile stores no output stream (the last state only), so a
+    packed stage has no output buffers; it compiles for the GPU and runs on the host as the
+    staged tile does."""
+    look = ex.compile(AFFINE, target="cuda", dtype=dtype, outputs=["h_last"]).scan_plan.lookback
+    assert look.layout == "packed"
+    kw = dict(target="cpu", dtype=dtype, grid="lookback", outputs=["h_last"])
+    packed = ex.compile(AFFINE, lookback_layout="packed", **kw)
+    staged = ex.compile(AFFINE, lookback_layout="staged", **kw)
+    x = _inputs(np.random.default_rng(13), 3, 4113)
+    np.testing.assert_array_equal(np.asarray(packed(**x)), np.asarray(staged(**x)))
