@@ -76,7 +76,7 @@ from explorer.codegen.lower_grid import (
     lane_loop_threads_per_sm,
     readout_block,
 )
-from explorer.codegen.lower_lookback import lookback_block, lookback_threads_per_sm
+from explorer.codegen.lower_lookback import lookback_block
 from explorer.codegen.lower_sequential import seq_layout, sequential_block
 from explorer.codegen.narrow import narrow_buffers
 from explorer.codegen.options import (
@@ -86,6 +86,7 @@ from explorer.codegen.options import (
     options_for,
     tile_of,
 )
+from explorer.codegen.residency import lookback_threads_per_sm
 from explorer.codegen.shared_layout import (
     carve,
     lane_loop_split,

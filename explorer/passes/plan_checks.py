@@ -150,12 +150,13 @@ def check_lookback(plan: Any) -> None:
             raise ValueError(f"the look-back grid's tile is {plan.grid.tile} steps, not "
                              f"{n} threads x {e} elements")
         _check_tiles(look.layout, "a look-back kernel's", packed=True)
-        if look.layout == "packed" and (plan.reads or e % plan.vector_width
-                                        or plan.vector_width < 4):
+        v = plan.vector_width
+        if look.layout == "packed" and (plan.reads or not isinstance(v, int) or v < 4
+                                        or e % v):
             raise ValueError("a packed look-back tile moves whole 16-byte vectors of each "
                              "input at its own positions: no input read at an offset, and "
                              f"{e} elements a thread a multiple of the plan's accesses of "
-                             f"{plan.vector_width} (at least 4)")
+                             f"{v!r:.20} (at least 4)")
 
 
 def reads_from(raw: Any) -> tuple[tuple[str, int], ...]:
@@ -190,9 +191,10 @@ def check_reads(plan: Any) -> None:
 
 
 def check_plan(plan: Any) -> None:
-    """Every check of a plan read back (from IR or from a record), beside its grid's."""
+    """Every check of a plan read back (from IR or from a record), beside its grid's: the
+    thread's accesses and the reads first (a look-back tile's own check relies on them)."""
+    check_vector(plan)
+    check_reads(plan)
     check_lookback(plan)
     check_short(plan)
     check_lane_sum(plan)
-    check_vector(plan)
-    check_reads(plan)

@@ -132,12 +132,16 @@ def test_the_lookback_kernel_has_a_tile_of_its_own():
     rule = next(a.chunk_rule for a in tiles.args if a.chunk_rule is not None)
     assert rule.tile == 256 * 16
     assert tuple(whole.block) == (128, 1, 1) and tuple(tiles.block) == (256, 1, 1)
-    # the look-back kernel's stage holds 4096 floats (padded) a buffer, the plain one's 1024;
-    # its tree's aggregates 256 (padded, and two slots)
+    # the look-back kernel's stage holds 4096 floats a buffer (packed: unpadded; staged:
+    # padded), the plain one's 1024 (padded); its tree's aggregates 256 (padded, two slots)
     module = c.stages["scan-lower"].text
-    assert "memref<4224xf32, #gpu.address_space<workgroup>>" in module
+    assert c.scan_plan.lookback.layout == "packed"
+    assert "memref<4096xf32, #gpu.address_space<workgroup>>" in module
     assert "memref<266xf32, #gpu.address_space<workgroup>>" in module
     assert "memref<1056xf32, #gpu.address_space<workgroup>>" in module
+    staged = ex.compile(AFFINE, target="cuda", strategy="blelloch", grid="lookback",
+                        block_size=128, lookback_layout="staged").stages["scan-lower"].text
+    assert "memref<4224xf32, #gpu.address_space<workgroup>>" in staged
 
 
 def test_lookback_threads_are_the_lookback_blocks_own():

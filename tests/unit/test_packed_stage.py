@@ -12,8 +12,8 @@ import pytest
 
 import explorer as ex
 from explorer.bench.affine import affine_scan_f64, max_rel_error, tolerance
-from explorer.codegen.lower_lookback import LOOKBACK_THREADS_PER_SM_COPIED
 from explorer.codegen.options import LOOKBACK_LAYOUTS
+from explorer.codegen.residency import LOOKBACK_THREADS_PER_SM_COPIED
 from explorer.errors import CompileError, OptionError
 from explorer.passes.plan import plan_from_dict
 from explorer.passes.plan_options import COPIED_LOOKBACK_TILE, PACKED_LOOKBACK_TILE

@@ -122,7 +122,8 @@ def _kernel(lowered: str, name: str) -> str:
 def test_16_bit_inputs_take_direct_plain_and_short_tiles_and_a_packed_lookback():
     """bfloat16 and float16 tiles meet the plain and short kernels' threads direct and the
     look-back kernel's through a packed stage (each measured faster on an H200); float32
-    stages them; a layout given is every kernel's."""
+    stages the plain and short kernels' and packs the look-back kernel's (copied in
+    asynchronously); a layout given is every kernel's."""
     for dtype in ("bfloat16", "float16"):
         c = ex.compile(AFFINE, target="cuda", dtype=dtype)
         plan = c.scan_plan
@@ -137,7 +138,7 @@ def test_16_bit_inputs_take_direct_plain_and_short_tiles_and_a_packed_lookback()
         assert short.count("gpu.barrier") < look.count("gpu.barrier")
         assert plain.count("gpu.barrier") < look.count("gpu.barrier")
     f32 = ex.compile(AFFINE, target="cuda").scan_plan
-    assert (f32.layout, f32.short.layout, f32.lookback.layout) == ("staged",) * 3
+    assert (f32.layout, f32.short.layout, f32.lookback.layout) == ("staged", "staged", "packed")
     for layout in ("staged", "direct"):
         given = ex.compile(AFFINE, target="cuda", dtype="bfloat16", tile_layout=layout).scan_plan
         assert (given.layout, given.short.layout, given.lookback.layout) == (layout,) * 3

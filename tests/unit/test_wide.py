@@ -71,9 +71,16 @@ def test_plan_records_the_width_and_reads_it_back() -> None:
 
 
 def test_a_record_without_the_width_reads_as_scalar() -> None:
+    """A record from before the field (its look-back tile staged: packed tiles came later,
+    and a packed one without 16-byte accesses is refused)."""
     raw = _plan_dict()
+    raw["lookback"] = {**raw["lookback"], "layout": "staged"}
     del raw["vector_width"]
     assert plan_from_dict(raw).vector_width == 1
+    del raw["lookback"]["layout"]
+    raw["lookback"]["layout"] = "packed"
+    with pytest.raises(ValueError, match="16-byte vectors"):
+        plan_from_dict(raw)
 
 
 @pytest.mark.parametrize("width", [3, 16, 0, -4])
