@@ -211,7 +211,8 @@ def checkpoints(op: Any, ctx: Any, values: Sequence[Any], out: Any) -> int | Non
     (``h[..., every-1::every]``, 1/512 of the states at the default tile), and the backward
     lays them out where the kernel reads them (:func:`spread`). A backward that runs anything
     else recomputes the states with the forward's kernel (:func:`restored`)."""
-    if op.checkpoints not in (True, False, "auto"):
+    if not (op.checkpoints is True or op.checkpoints is False or op.checkpoints == "auto"):
+        # (identity: 1 and 0 compare equal to True and False, and 0 would have meant "on")
         raise ValueError(f"op.checkpoints is True, False or 'auto', not {op.checkpoints!r:.40}")
     # (a Function's forward runs with grad mode off: what is asked of it is needs_input_grad)
     if op.checkpoints is False or not any(ctx.needs_input_grad) or not _may_apply(op):

@@ -68,6 +68,7 @@ def test_an_unknown_checkpoints_setting_is_refused():
     not read as one of them."""
     from explorer.backward_kernel import checkpoints
 
-    op = SimpleNamespace(checkpoints="yes")
-    with pytest.raises(ValueError, match="True, False or 'auto'"):
-        checkpoints(op, SimpleNamespace(needs_input_grad=(False, True)), [], None)
+    for bad in ("yes", 0, 1, 0.0, None):
+        op = SimpleNamespace(checkpoints=bad)
+        with pytest.raises(ValueError, match="True, False or 'auto'"):
+            checkpoints(op, SimpleNamespace(needs_input_grad=(False, True)), [], None)
