@@ -57,13 +57,13 @@ COPIED_LOOKBACK_TILE = (256, 16)
 
 
 def copied_float32(form: Any, options: Any) -> bool:
-    """Whether ``lookback_layout="auto"`` packs a float32 look-back tile, which then lands in
-    the stage by asynchronous copies: a scalar first-order state forwards in time on a GPU
-    with them (sm_80 on) whose tile moves at most LOOKBACK_WIDE_STREAMS arrays,
-    ``tile_layout`` left open."""
+    """Whether ``lookback_layout="auto"`` packs a float32 look-back tile (its callers ask
+    whether it is ``auto``), which then lands in the stage by asynchronous copies: a scalar
+    first-order state forwards in time on a GPU with them (sm_80 on) whose tile moves at most
+    LOOKBACK_WIDE_STREAMS arrays, ``tile_layout`` left open."""
     from explorer.codegen.options import async_copies
 
-    return bool(options.lookback_layout == "auto" and options.tile_layout == "auto"
+    return bool(options.tile_layout == "auto"
                 and options.target == "cuda" and options.dtype == "float32"
                 and async_copies(options.chip)
                 and not options.reverse and scalar_first_order(form)
