@@ -50,12 +50,3 @@ def adjoint_defaults(target: str, strategy: str, vector: bool,
     if options.get("param_rows", "auto") == "auto":   # codegen.options.PARAM_ROWS
         out["param_rows"] = "channel"
     return out
-
-
-#: the states' bytes from which the eager forward saves one step in a tile alone
-#: (``op.checkpoints = "auto"``, ``explorer.backward_kernel.checkpoints``): checkpoints cost a
-#: gather after the forward and a scatter before the kernel, two small kernels and their host
-#: work; measured on an H200, a training step of the selective scan took 0.29 against 0.21 ms at
-#: 2 x 512 x 16 x 2^10 (64 MiB of states) and 3.34 against 3.24 ms at 8 x 1536 x 16 x 2^11
-#: (1.5 GiB; the memory kept by the forward 100 MiB against 1632)
-CHECKPOINT_BYTES = 256 * 2**20

@@ -3,8 +3,8 @@
 With ``fuse_backward="auto"`` (the default) or ``"kernel"``, where it applies (a diagonal
 recurrence scanned forwards, readouts summed over the lanes, float32 CUDA tensors,
 :func:`explorer.passes.fused_adjoint.supported`), the operator's backward is this one kernel:
-it reads the tensors the forward saved (the inputs, parameters and the states) and the output
-gradients, and writes every gradient; no adjoint ``lam`` is laid out and no formula runs after
+it reads the tensors the forward saved (the inputs, parameters and the states at its tiles'
+last steps: :func:`checkpoints`) and the output gradients, and writes every gradient; no adjoint ``lam`` is laid out and no formula runs after
 it (a parameter given for trailing batch axes alone gets its gradient in its own rows; one
 given otherwise, per channel, summed after).
 Where the loss reads the readouts alone (no state has a gradient, the usual case) the kernel is
@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 
-from explorer.adjoint_options import CHECKPOINT_BYTES
 from explorer.runtime.cuda_plan import PlanCache, contiguous_strides, current_stream, enqueue
 
 #: signatures bound per kernel (least recently used dropped first)
@@ -96,15 +95,15 @@ class _Fast:
     views: list[tuple[tuple[int, ...], tuple[int, ...], int] | None]
     #: every tensor passed as it is (none broadcast into a buffer of the plan)
     direct: bool = False
-    #: the states saved one step in a tile (:func:`checkpoints`): their index among the saved
-    #: tensors, the states' shape, and where the saved steps go in it (:func:`spread`)
-    spread: tuple[int, tuple[int, ...], int] | None = None
+    #: every state saved (no :func:`checkpoints`): their index among the saved tensors and
+    #: the kernel's tile, whose last steps it reads (copied into the plan's buffer)
+    thin: tuple[int, int] | None = None
 
     def __call__(self, saved: tuple[Any, ...], grads: tuple[Any, ...]) -> tuple[Any, ...]:
         plan = self.plan
-        if self.spread is not None:
-            i, shape, every = self.spread
-            saved = (*saved[:i], spread(saved[i], shape, every), *saved[i + 1:])
+        if self.thin is not None:
+            i, every = self.thin
+            saved = (*saved[:i], saved[i][..., every - 1::every], *saved[i + 1:])
         pool = torch.empty(plan.pool, dtype=torch.float32, device=plan.tdevice)
         base = pool.data_ptr()
         given = (saved, grads, self.zeros)
@@ -159,8 +158,8 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:],
                                                     saved)
     if ctx.every:
-        states, spread_ok = restored(op, ctx, arrays, states, cotangents)
-        if not spread_ok:   # recomputed by the forward: the general path
+        states, kept = restored(op, ctx, arrays, states, cotangents)
+        if not kept:   # recomputed by the forward: the general path
             return None
     kernel = op.kernel_for(arrays, states, cotangents)
     if kernel is None or next(iter(states.values())).numel() == 0:
@@ -199,18 +198,19 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     return _Fast(bound.runner, plan, [where[lay.name] for lay in plan.layouts],
                  tuple(bound.zeros.values()), [4 * plan.offsets[o] for o in plan.outputs],
                  views, all(lay.direct for lay in plan.layouts),
-                 (state_at, ctx.full, ctx.every) if ctx.every else None)
+                 None if ctx.every else (state_at, tile_of(kernel)))
 
 
 def checkpoints(op: Any, ctx: Any, values: Sequence[Any], out: Any) -> int | None:
     """The steps between the states the eager forward saves, or None where it saves every
-    state. Where the fused kernel will run the backward (its policy and recurrence, float32
-    CUDA tensors, a gradient asked for, the kernel compiled or read from a record), the
-    kernel reads the saved state at the last step of each tile alone (``scan.recompute
-    {every}``) and recomputes the others: the forward saves those steps, one in a tile
-    (``h[..., every-1::every]``, 1/512 of the states at the default tile), and the backward
-    lays them out where the kernel reads them (:func:`spread`). A backward that runs anything
-    else recomputes the states with the forward's kernel (:func:`restored`)."""
+    state. The fused kernel reads the state at the last step of each of its tiles alone
+    (``scan.recompute {every}``; its argument of one step in ``every``) and recomputes the
+    others: where it will run the backward (its policy and recurrence, float32 CUDA tensors, a
+    gradient asked for, the kernel compiled or read from a record) the forward saves those
+    steps (``h[..., every-1::every]``, 1/512 of the states at the default tile) and the
+    kernel reads them as they are. ``op.checkpoints = False`` saves every state (the kernel
+    then reads its steps through a copy a call); a backward that runs anything else
+    recomputes the states with the forward's kernel (:func:`restored`)."""
     if not (op.checkpoints is True or op.checkpoints is False or op.checkpoints == "auto"):
         # (identity: 1 and 0 compare equal to True and False, and 0 would have meant "on")
         raise ValueError(f"op.checkpoints is True, False or 'auto', not {op.checkpoints!r:.40}")
@@ -225,34 +225,25 @@ def checkpoints(op: Any, ctx: Any, values: Sequence[Any], out: Any) -> int | Non
     if not all(type(x) is torch.Tensor and x.is_cuda and x.dtype == torch.float32
                for x in (*tensors, h)):
         return None
-    if op.checkpoints == "auto" and h.numel() * h.element_size() < CHECKPOINT_BYTES:
-        return None
     kernel = op._backward_kernel(states=False)
-    return None if kernel is None else int(kernel.scan_plan.tile)
+    return None if kernel is None else tile_of(kernel)
 
 
-def spread(saved: Any, shape: tuple[int, ...], every: int) -> Any:
-    """The states of ``shape`` with the saved ones (one step in ``every``, the last of each
-    tile) where they were; the other steps are not written (the fused kernel reads these
-    alone)."""
-    full = torch.empty(shape, dtype=saved.dtype, device=saved.device)
-    if saved.numel():
-        strides = list(contiguous_strides(shape))
-        strides[-1] = every
-        full.as_strided(saved.shape, strides, every - 1).copy_(saved)
-    return full
+def tile_of(compiled: Any) -> int:
+    """The steps of a fused backward kernel's tile: it reads the states one step in these."""
+    return int(compiled.scan_plan.tile)
 
 
 def restored(op: Any, ctx: Any, arrays: dict[str, Any], states: dict[str, Any],
              cotangents: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """The states of a backward whose forward saved one step in a tile (:func:`checkpoints`):
-    laid out for the fused kernel where the one that runs recomputes from those steps
-    (True), else recomputed by the forward's kernel from the tensors saved (False: a policy
-    changed since, another kernel's tile)."""
+    as saved where the fused kernel that runs reads those steps (True), else recomputed by the
+    forward's kernel from the tensors saved (False: a policy changed since, another kernel's
+    tile)."""
     (name, saved), = states.items()
     kernel = op.kernel_for(arrays, states, cotangents)
-    if kernel is not None and int(kernel.scan_plan.tile) == ctx.every:
-        return {name: spread(saved, ctx.full, ctx.every)}, True
+    if kernel is not None and tile_of(kernel) == ctx.every:
+        return states, True
     values: list[Any] = [arrays.get(n) for n in op.specs.names]
     if op.specs.needs_length:
         values.append(ctx.full[-1])
@@ -260,6 +251,17 @@ def restored(op: Any, ctx: Any, arrays: dict[str, Any], states: dict[str, Any],
         out = op.forward_call(values)
     outs = out if isinstance(out, tuple) else (out,)
     return {name: outs[op.specs.outputs.index(name)]}, False
+
+
+def kernel_states(op: Any, compiled: Any, arrays: dict[str, Any], h: Any) -> Any:
+    """What the fused kernel of ``compiled`` reads of the states ``h``: the steps at its tiles'
+    ends (one in its tile); ``h`` itself where it holds those alone (the forward saved them:
+    its last axis is not the inputs' length), else a view of them."""
+    length = arrays[op.compiled.recurrence.inputs[0]].shape[-1]
+    if h.shape[-1] != length:
+        return h
+    every = tile_of(compiled)
+    return h[..., every - 1::every]
 
 
 def bindings() -> Any:
@@ -296,7 +298,7 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
             return _unbound(op, compiled, arrays, states, cotangents, needed)
         table.put(key, bound)
     given = dict(arrays)
-    given[bound.saved] = states[bound.state]
+    given[bound.saved] = kernel_states(op, compiled, arrays, states[bound.state])
     for name, o in bound.cotangents.items():
         given[name] = cotangents[o].contiguous()   # itself where it is
     given.update(bound.zeros)
@@ -324,7 +326,7 @@ def _adjoint(op: Any, compiled: Any) -> Any:
     return derived(op.compiled.form, compiled_reads(compiled.options["backward"]))
 
 
-def _inputs(op: Any, fa: Any, arrays: dict[str, Any], states: dict[str, Any],
+def _inputs(op: Any, compiled: Any, fa: Any, arrays: dict[str, Any], states: dict[str, Any],
             cotangents: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
                                                  dict[str, str], dict[str, Any]]:
     """(the kernel's tensors, the zeros among them, the cotangents given by argument, the
@@ -332,9 +334,10 @@ def _inputs(op: Any, fa: Any, arrays: dict[str, Any], states: dict[str, Any],
 
     rec = op.compiled.recurrence
     h = states[fa.state]
-    batch, (N, L) = tuple(h.shape[:-2]), tuple(h.shape[-2:])
+    batch, N = tuple(h.shape[:-2]), h.shape[-2]
+    L = arrays[rec.inputs[0]].shape[-1]
     given = dict(arrays)
-    given[fa.saved] = h
+    given[fa.saved] = kernel_states(op, compiled, arrays, h)
     zeros: dict[str, Any] = {}
     named: dict[str, str] = {}
     for o, name in fa.cotangents.items():
@@ -355,7 +358,7 @@ def _bind(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, Any]
           cotangents: dict[str, Any], needed: set[str]) -> _Bound | None:
     """The call's signature bound (None where its kernel takes the path without a plan)."""
     fa = _adjoint(op, compiled)
-    given, zeros, named, sums = _inputs(op, fa, arrays, states, cotangents)
+    given, zeros, named, sums = _inputs(op, compiled, fa, arrays, states, cotangents)
     runner: Any = compiled.runner("cuda")
     plan = runner.plan_for(None, None, sums or None, given)
     if plan is None:
@@ -405,7 +408,7 @@ def _unbound(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, A
     from explorer.torch_arrays import sum_to
 
     fa = _adjoint(op, compiled)
-    given, _, _, sums = _inputs(op, fa, arrays, states, cotangents)
+    given, _, _, sums = _inputs(op, compiled, fa, arrays, states, cotangents)
     outs = compiled.runner("cuda").launch_torch(sums=sums or None, **given)
     res: dict[str, Any] = {}
     for g in fa.gradients:

@@ -32,8 +32,9 @@ the results are float64.  Other dtypes are refused.
 Saved for backward: the tensors given (inputs, parameters, initial states) and the forward's
 state outputs; everything else is recomputed (see :mod:`explorer.autodiff`).  Where the fused
 backward kernel will run (eager mode, CUDA; :mod:`explorer.backward_kernel`) it reads the states
-at its tiles' last steps alone: there the forward saves those (one step in 512) instead, where
-the states take 256 MiB or more (``op.checkpoints``: ``"auto"``, True, False).  What the backward
+at its tiles' last steps alone: there the forward saves those (one step in 512) instead, and the
+kernel reads them as saved (``op.checkpoints``: ``"auto"`` and True do so, False saves every
+state).  What the backward
 lays out on the GPU, for ``h[t] = a[t] * h[t-1] + b[t]``: ``a_next[t] = a[t+1]`` (one copy: the
 adjoint kernel reads its inputs in step), the adjoint ``lam`` (the kernel's output), and
 ``dL/da = lam * h[t-1]`` computed on the shifted saved trajectory (no tensor of ``h[t-1]``, no
@@ -178,7 +179,7 @@ class RecurrenceOp:
         self.kernel_form: bool | None = None
         #: whether the eager forward saves the state one step in the fused backward kernel's
         #: tile alone where that kernel will run (``backward_kernel.checkpoints``): True,
-        #: False (every state) or "auto" (from ``adjoint_options.CHECKPOINT_BYTES`` of states)
+        #: False (every state) or "auto" (the same as True)
         self.checkpoints: bool | str = "auto"
         #: the eager forward's launches, bound per signature (:meth:`forward_call`)
         self.forward_bound = PlanCache(backward_kernel.KEPT)

@@ -70,9 +70,10 @@ from explorer.runtime.contract import INT_ROLES
 Pair = tuple[Value, Value]
 
 
-def backward_args(fa: Any) -> list[dict[str, Any]]:
+def backward_args(fa: Any, every: int) -> list[dict[str, Any]]:
     """The kernel's arguments, in the kernel ABI's conventions (``kernel_args``): the forward's
-    inputs, the saved states, the cotangents, the parameters, the initial state, then the
+    inputs, the saved states (one step in ``every``, the tile: the state at each tile's last
+    step, ``h[..., every-1::every]``), the cotangents, the parameters, the initial state, then the
     gradients (an input's shaped like it, a lane input's added into its rows, a parameter's
     per channel, the initial state's), the sizes, row divisors and moduli."""
     rec = fa.form.recurrence
@@ -84,7 +85,7 @@ def backward_args(fa: Any) -> list[dict[str, Any]]:
                     "dtype": "float32", **kw})
     for x in rec.inputs:
         arg(x, "input", True, x in lanes)
-    arg(fa.saved, "input", True, True)
+    arg(fa.saved, "input", True, True, every=every)
     for o, name in fa.cotangents.items():
         arg(name, "input", True, o in rec.states)
     for p in rec.params:
@@ -130,7 +131,7 @@ def build(module_op: Any, fa: Any, threads: int, elements: int, locs: Any = None
     """Emit the backward kernel and its launcher at the end of ``module_op``."""
     from explorer.codegen.kernels import _array_sizes, _cuda_host_launcher, _i64
 
-    args = backward_args(fa)
+    args = backward_args(fa, threads * elements)
     spec = kernel_spec(fa, threads, elements)
     module_op.attributes["gpu.container_module"] = UnitAttr.get()
     ptr = MemRefType.get([], f32())
@@ -205,11 +206,12 @@ class _Kernel:
         """The first index of lane n's row of a lane array of channel c (timed: times L):
         the channel's first row (its division by the row divisor made once a kernel) plus
         n rows."""
+        steps = self.K if name == self.fa.saved else self.L   # (the saved states: a step a tile)
         base = self.row_base.get(name)
         if base is None:   # (every lane array's is made at the kernel's start)
             r = arith.divui(c, self.row_div[name]) if name in self.row_div else c
-            base = mul_i(mul_i(r, self.N), self.L)
-        return add_i(base, mul_i(n, self.L))
+            base = mul_i(mul_i(r, self.N), steps)
+        return add_i(base, mul_i(n, steps))
 
     def param(self, name: str, n: Value) -> Value:
         r = self.prow[name]
@@ -229,7 +231,8 @@ class _Kernel:
         self.lane_id = arith.remui(tid, ci(WARP))
         self.warp = arith.divui(tid, ci(WARP))
         nch = ceil_div(self.L, ci(T))
-        for a_ in backward_args(fa):
+        self.K = arith.divui(self.L, ci(T))   # the saved states' steps: a tile's last each
+        for a_ in backward_args(fa, T):
             if a_["lane"] and a_["timed"] and a_["role"] in ("input", "output"):
                 self.row_base[a_["name"]] = self.lane_row(a_["name"], c, ci(0))
         # every lane row of the lane inputs aligned for the 16-byte loads: checked once (the
@@ -321,7 +324,7 @@ class _Kernel:
                           _comb(tot, before), before)
         pre = _comb(ex, before)
         first = arith.cmpi(arith.CmpIPredicate.eq, k, ci(0))
-        saved_at = arith.subi(arith.maxui(t0, ci(1)), ci(1))
+        saved_at = arith.subi(arith.maxui(k, ci(1)), ci(1))   # the tile before's last step
         h_saved = memref.load(self.arrays[fa.saved], [add_i(self.lane_row(fa.saved, c, n),
                                                             saved_at)])
         h0 = memref.load(self.arrays[h0_name(fa.state)], [add_i(mul_i(c, self.N), n)])

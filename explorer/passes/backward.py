@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from explorer.adjoint_options import CHECKPOINT_BYTES
 from explorer.dialect import scan
 from explorer.errors import CompileError, OptionError
 from explorer.passes.fused_adjoint import BACKWARD_TILE, FusedAdjoint, derived
@@ -64,9 +63,9 @@ class BackwardPlan:
                 "per tile and lane the forward's states are recomputed from the saved state "
                 "before the tile, then the adjoint is scanned back (a suffix scan: shuffles "
                 "down), and every gradient reduced in the kernel. It reads the saved states "
-                f"at the tiles' last steps alone: the torch operator's forward saves those, "
-                f"one step in {self.tile}, where the states take "
-                f"{CHECKPOINT_BYTES // 2**20} MiB or more (op.checkpoints)\n\n"
+                f"at the tiles' last steps alone, one step in {self.tile} (an argument of "
+                f"L // {self.tile} steps): the torch operator's forward saves those "
+                "(op.checkpoints)\n\n"
                 + self.adjoint.text())
 
 
@@ -209,5 +208,12 @@ def backward_plan_from_dict(raw: Any, form: Any, kernels: list[dict[str, Any]],
     if got != want:
         raise ValueError(f"the record's backward kernel reads {got}; the backward its options "
                          f"say reads {want}")
+    # its saved states: one step a tile, the tile's (the kernel indexes them so)
+    every = [a.get("every") for a in kernels[0].get("args", []) if isinstance(a, dict)
+             and a.get("role") == "input" and a.get("name") == fa.saved]
+    if every != [tile[0] * tile[1]]:
+        raise ValueError(f"the record's backward kernel reads {fa.saved} one step in "
+                         f"{every[0] if every else None!r:.24}, not in its tile of "
+                         f"{tile[0] * tile[1]} steps")
     return BackwardPlan(tile[0], tile[1], fa)
 

@@ -228,14 +228,16 @@ def run_model(fa: FusedAdjoint, arrays: dict[str, np.ndarray], saved: np.ndarray
               cotangents: dict[str, np.ndarray], T: int) -> dict[str, np.ndarray]:
     """The kernel's algorithm in float64 on arrays of the canonical layouts (inputs ``(C, L)``
     or ``(C, N, L)``, parameters ``(C,)`` or ``(C, N)``, the initial state ``(C, N)``): tiles of
-    ``T`` steps from the last, each recomputing its states from ``saved`` (``(C, N, L)``) at
-    the step before it, the adjoint as the suffix scan of ``mu``. Returns the gradients by
-    their targets, per channel (parameters not yet summed over rows)."""
+    ``T`` steps from the last, each recomputing its states from ``saved`` (``(C, N, L // T)``:
+    the state at the last step of each whole tile) at the step before it, the adjoint as the
+    suffix scan of ``mu``. Returns the gradients by their targets, per channel (parameters not
+    yet summed over rows)."""
     from explorer.passes.numeric import evaluate
 
     rec = fa.form.recurrence
     lanes = set(rec.lane_names)
-    C, N, L = saved.shape
+    C, N, _ = saved.shape
+    L = arrays[rec.inputs[0]].shape[-1]
     h0 = arrays.get(h0_name(fa.state), np.zeros((C, N)))
 
     def env_at(lo: int, hi: int) -> dict[str, Any]:
@@ -263,7 +265,7 @@ def run_model(fa: FusedAdjoint, arrays: dict[str, np.ndarray], saved: np.ndarray
         b = np.broadcast_to(evaluate(fa.b, env), shape)
         hs = np.empty(shape)
         hprev = np.empty(shape)
-        h = h0 if k == 0 else saved[:, :, lo - 1]
+        h = h0 if k == 0 else saved[:, :, k - 1]
         for j in range(hi - lo):
             hprev[..., j] = h
             h = a[..., j] * h + b[..., j]

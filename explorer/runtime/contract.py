@@ -168,6 +168,10 @@ class ArgInfo:
     #: output the kernels add into (a lane readout; a fused backward's parameter gradients),
     #: zeroed when allocated
     reset: bool = False
+    #: an input of one step in ``every``: its time axis holds ``L // every`` entries, the steps
+    #: ``every - 1``, ``2 * every - 1``, ... (a fused backward's checkpoints: the state at the
+    #: last step of each of its tiles); 0: every step
+    every: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "timed": self.timed,
@@ -176,6 +180,8 @@ class ArgInfo:
             out.update(per_chunk=self.per_chunk, time_chunk=self.time_chunk)
         if self.reset:
             out["reset"] = True
+        if self.every:
+            out["every"] = self.every
         if self.chunk_rule is not None:
             out["chunk_rule"] = self.chunk_rule.as_dict()
         return out
@@ -303,8 +309,15 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
         rule = _parse_rule(raw.get("chunk_rule"), f"{where}: size argument {name!r}")
     timed = _flag(raw.get("timed", False), f"{where}: argument {name!r} timed")
     lane = _flag(raw.get("lane", False), f"{where}: argument {name!r} lane")
+    every = 0
+    if "every" in raw:
+        every = _positive(raw["every"], f"{where}: argument {name!r} every")
+        if role != "input" or not timed or dtype != "float32":
+            raise ArtifactError(f"{where}: argument {name!r} has every but is not a timed "
+                                "float32 input")
     return ArgInfo(name=name, role=role, timed=timed, lane=lane, dtype=dtype,
-                   per_chunk=per_chunk, time_chunk=time_chunk, chunk_rule=rule, reset=reset)
+                   per_chunk=per_chunk, time_chunk=time_chunk, chunk_rule=rule, reset=reset,
+                   every=every)
 
 
 def _flag(value: Any, what: str) -> bool:

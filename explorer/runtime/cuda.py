@@ -185,7 +185,7 @@ class CudaKernel:
         for k in kernels:
             for a in k.args:
                 if a.role in ("input", "param"):
-                    spec = ArgSpec(a.name, a.role == "input", a.lane)
+                    spec = ArgSpec(a.name, a.role == "input", a.lane, a.every)
                     if specs.setdefault(a.name, spec) != spec:
                         raise LaunchError(f"{a.name} is described differently by two kernels")
                 elif a.role == "h0":

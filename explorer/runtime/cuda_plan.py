@@ -376,7 +376,7 @@ def _layouts(specs: list[ArgSpec], arrays: dict[str, Any], batch: tuple[int, ...
     row_mod: dict[str, int] = {}
     for s in specs:
         x = arrays[s.name]
-        tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
+        tail = ((N,) if s.lane else ()) + ((s.steps(length),) if s.timed else ())
         full = _full_shape(s, tuple(x.shape), batch)
         own = full[:len(batch)]
         rows, div, mod = kept_rows(s.name, own, batch, shared, modded or ())

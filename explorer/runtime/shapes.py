@@ -41,11 +41,18 @@ class ArgSpec:
     name: str
     timed: bool
     lane: bool
+    #: one step in ``every`` (see ``ArgInfo.every``): the time axis holds ``L // every``
+    every: int = 0
 
     def describe(self) -> str:
-        dims = ("..., N, L" if self.lane else "..., L") if self.timed else (
+        steps = f"L // {self.every}" if self.every else "L"
+        dims = (f"..., N, {steps}" if self.lane else f"..., {steps}") if self.timed else (
             "..., N" if self.lane else "...")
         return f"({dims})"
+
+    def steps(self, L: int) -> int:
+        """The length of the time axis for ``L`` steps."""
+        return L // self.every if self.every else L
 
 
 @dataclass
@@ -170,6 +177,7 @@ def resolve(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], L: int | None =
     batches: list[tuple[int, ...]] = []
     Ns: dict[str, int] = {}
     Ls: dict[str, int] = {}
+    sparse: dict[str, int] = {}   # the time axes of one step in ``every``
     for s in specs:
         arr = as_array(s.name, arrays[s.name])
         if s.timed and tuple(arr.shape) == ():
@@ -181,7 +189,7 @@ def resolve(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], L: int | None =
         if n is not None:
             Ns[s.name] = n
         if length is not None:
-            Ls[s.name] = length
+            (sparse if s.every else Ls)[s.name] = length
     if len(set(Ls.values())) > 1:
         raise RecurrenceError("the time axes (last axis) differ: "
                               + ", ".join(f"{k}: {v}" for k, v in Ls.items()))
@@ -196,6 +204,11 @@ def resolve(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], L: int | None =
         raise RecurrenceError("no input is indexed by time: pass the length L")
     else:
         length = L
+    for s in specs:
+        if s.name in sparse and sparse[s.name] != s.steps(length):
+            raise RecurrenceError(f"{s.name} holds one step in {s.every}: its last axis must "
+                                  f"be L // {s.every} = {s.steps(length)} for L={length}, "
+                                  f"not {sparse[s.name]}")
     try:
         batch = tuple(np.broadcast_shapes(*batches)) if batches else ()
     except ValueError:
@@ -271,7 +284,7 @@ def marshal(specs: Sequence[ArgSpec], arrays: Mapping[str, Any], xp: Any = np,
         if np.dtype(kept) == np.float32:
             check_float32_range(s.name, arr, xp)
         # insert the batch axes this array lacks, then broadcast to the full canonical shape
-        tail = ((N,) if s.lane else ()) + ((length,) if s.timed else ())
+        tail = ((N,) if s.lane else ()) + ((s.steps(length),) if s.timed else ())
         arr = arr.reshape(_full_shape(s, tuple(arr.shape), batch))
         own = tuple(arr.shape[:len(batch)])
         rows, div, mod = kept_rows(s.name, own, batch, shared, modded)

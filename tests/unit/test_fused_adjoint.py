@@ -84,7 +84,8 @@ def _model_against_autograd(text: str, tile: int, states: bool) -> object:
     f = ex.compile(text, target="cpu", outputs="all").torch()
     out = f(**{k: torch.tensor(v, dtype=torch.float64) for k, v in {**arrays, **h0}.items()})
     out = out if isinstance(out, dict) else {fa.state: out}   # one output comes back bare
-    saved = out[fa.state].detach().numpy().reshape(C, N, -1)
+    # the states the kernel reads: the last step of each whole tile
+    saved = out[fa.state].detach().numpy().reshape(C, N, -1)[..., tile - 1::tile]
     cots = {o: np.broadcast_to(np.asarray(g, dtype=np.float64), out[o].shape).reshape(
         (C, N, -1) if o in rec.states else (C, -1)) for o, g in cot.items()}
     got = run_model(fa, given, saved, cots, T=tile)
