@@ -4,9 +4,9 @@ With ``fuse_backward="auto"`` (the default) or ``"kernel"``, where it applies (a
 recurrence scanned forwards, readouts summed over the lanes, float32 CUDA tensors,
 :func:`explorer.passes.fused_adjoint.supported`), the operator's backward is this one kernel:
 it reads the tensors the forward saved (the inputs, parameters and the states at its tiles'
-last steps: :func:`checkpoints`) and the output gradients, and writes every gradient; no adjoint ``lam`` is laid out and no formula runs after
-it (a parameter given for trailing batch axes alone gets its gradient in its own rows; one
-given otherwise, per channel, summed after).
+last steps: :func:`checkpoints`) and the output gradients, and writes every gradient; no
+adjoint ``lam`` is laid out and no formula runs after it (a parameter given for trailing batch
+axes alone gets its gradient in its own rows; one given otherwise, per channel, summed after).
 Where the loss reads the readouts alone (no state has a gradient, the usual case) the kernel is
 the ``backward="readouts"`` compile, which reads no state cotangent; else the
 ``backward=True`` one. An output the loss does not read gets zeros (a tensor kept with the
@@ -162,7 +162,7 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
         if not kept:   # recomputed by the forward: the general path
             return None
     kernel = op.kernel_for(arrays, states, cotangents)
-    if kernel is None or next(iter(states.values())).numel() == 0:
+    if kernel is None or _no_steps(op, arrays, states):
         return None
     bound = _bind(op, kernel, arrays, states, cotangents, needed)
     if bound is None or bound.after or not bound.plan.pool:
@@ -253,6 +253,14 @@ def restored(op: Any, ctx: Any, arrays: dict[str, Any], states: dict[str, Any],
     return {name: outs[op.specs.outputs.index(name)]}, False
 
 
+def _no_steps(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
+    """Whether the states have no step at all (no channel, no lane or a length of 0): the
+    saved ones' own size does not say, since a forward that saved one step in a tile saved
+    none of a sequence shorter than a tile."""
+    h = next(iter(states.values()))
+    return math.prod(h.shape[:-1]) * arrays[op.compiled.recurrence.inputs[0]].shape[-1] == 0
+
+
 def kernel_states(op: Any, compiled: Any, arrays: dict[str, Any], h: Any) -> Any:
     """What the fused kernel of ``compiled`` reads of the states ``h``: the steps at its tiles'
     ends (one in its tile); ``h`` itself where it holds those alone (the forward saved them:
@@ -287,7 +295,7 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     from explorer.runtime.cuda_plan import run_plan
 
     states_read = compiled_reads(compiled.options["backward"])
-    if next(iter(states.values())).numel() == 0:   # nothing to launch: every gradient is zero
+    if _no_steps(op, arrays, states):   # nothing to launch: every gradient is zero
         return {name: torch.zeros_like(arrays[name]) for name in needed}
     table = op.bindings
     key = _key(states_read, arrays, states, cotangents, needed)

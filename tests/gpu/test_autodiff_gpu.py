@@ -531,9 +531,10 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     """The eager backward's bound call (``backward_kernel.fast``: one allocation, one memset,
     one launch, a view per gradient) is taken from a signature's first call; a signature it
     does not fit (a cotangent laid out otherwise) and a policy changed after it was bound take
-    the general path. With ``op.checkpoints = True`` the forward saves the states at the
-    kernel's tile ends alone (these small ones it saves whole by default), and a backward that
-    then runs the adjoint recomputes them. Every time the gradients against torch autograd
+    the general path. The forward saves the states at the kernel's tile ends alone (the
+    default), which the kernel reads as they are, and a backward that then runs the adjoint
+    recomputes them; with ``op.checkpoints = False`` it saves every state, and the bound call
+    hands the kernel their tiles' last steps. Every time the gradients against torch autograd
     through the float64 loop."""
     from explorer import backward_kernel
     from tests.unit.test_fused_adjoint import _readouts_grads
@@ -569,20 +570,23 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     got = torch.autograd.grad(out, list(leaves.values()), g)
     check({k: v.cpu() for k, v in zip(leaves, got)})
     assert False in kept()
-    # states this small are saved whole ("auto"; a saved output read while the output lives)
+    # the default: checkpoints, the states at steps 511 and 1023 alone (the kernel's tiles of
+    # 512; a saved output read while the output lives)
     res = op(**leaves)
-    assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 1100)
+    assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 2)
     calls = _adjoint_calls(op, monkeypatch)
     policy = op.fuse_backward
     try:
-        # checkpoints: the states at steps 511 and 1023 alone (the kernel's tiles of 512)
-        op.checkpoints = True
+        # every state saved: the bound call passes the kernel a view of its tiles' last steps
+        op.checkpoints = False
         res = op(**leaves)
-        assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 2)
+        assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 1100)
         for _ in range(2):
             check(_cuda_grads(op, rec, arrays, h0, cot))
-        assert sum(isinstance(v, backward_kernel._Fast) for v in kept()) == 2
+        fast = [v for v in kept() if isinstance(v, backward_kernel._Fast)]
+        assert len(fast) == 2 and sorted(v.thin is None for v in fast) == [False, True]
         assert not calls
+        op.checkpoints = "auto"
         op.fuse_backward = "never"
         check(_cuda_grads(op, rec, arrays, h0, cot))
         assert calls   # the adjoint scan ran: the bound call was not taken

@@ -116,3 +116,15 @@ def test_an_unknown_checkpoints_setting_is_refused():
         op = SimpleNamespace(checkpoints=bad)
         with pytest.raises(ValueError, match="True, False or 'auto'"):
             checkpoints(op, SimpleNamespace(needs_input_grad=(False, True)), [], None)
+
+
+def test_a_sequence_shorter_than_a_tile_still_has_its_gradients():
+    """Saved one step in a tile, a sequence shorter than a tile saved none: that is not an
+    empty backward (its gradients are computed, not zeros); no channel or no step is."""
+    from explorer.backward_kernel import _no_steps
+
+    op = _op()
+    assert not _no_steps(op, {"dt": torch.ones(2, 3, 37)}, {"h": torch.ones(2, 3, 4, 0)})
+    assert not _no_steps(op, {"dt": torch.ones(2, 3, 37)}, {"h": torch.ones(2, 3, 4, 37)})
+    assert _no_steps(op, {"dt": torch.ones(2, 3, 0)}, {"h": torch.ones(2, 3, 4, 0)})
+    assert _no_steps(op, {"dt": torch.ones(0, 3, 37)}, {"h": torch.ones(0, 3, 4, 0)})
