@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from explorer import backward_kernel
+from explorer.runtime.cuda_plan import PlanCache
 
 if TYPE_CHECKING:
     from explorer.torch_op import RecurrenceOp
@@ -98,11 +99,37 @@ class FusedBackward:
         self._fused: OrderedDict[tuple[Any, ...], Callable[..., Any]] = OrderedDict()
         self._failed: dict[tuple[Any, ...], str] = {}
         self._lock = threading.Lock()
+        #: the eager backward's replays, keyed on what autograd hands it (:meth:`eager`)
+        self._replays = PlanCache(KEPT)
+
+    def eager(self, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
+              ) -> tuple[Any, ...]:
+        """The eager autograd function's backward where the fused kernel's bound call did not
+        take it (``ctx`` of ``explorer.torch_op._Eager``): the gradients in the forward's
+        argument order. A signature whose backward replays a graph (traced or fused) is keyed
+        on what autograd hands it (the policy, the gradients asked for, the arguments given,
+        each saved tensor's and output gradient's shape, strides, offset, dtype and device)
+        once its graph runs, and a later call of that key replays it directly: no dictionary
+        of names, no key of names and layouts (:class:`_Replay`)."""
+        op = self.op
+        key = None
+        if not ctx.every and saved:
+            key = _replay_key(op, ctx, saved, grads)
+            call = self._replays.get(key)
+            if call is not None:
+                return call(saved, grads)
+        arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:],
+                                                        saved)
+        if ctx.every:   # the states saved one step in a tile: laid out again
+            states, _ = backward_kernel.restored(op, ctx, arrays, states, cotangents)
+        return op._pack(arrays, self(arrays, states, cotangents, needed, key))
 
     def __call__(self, arrays: dict[str, Any], states: dict[str, Any],
-                 cotangents: dict[str, Any], needed: set[str]) -> Gradients:
+                 cotangents: dict[str, Any], needed: set[str],
+                 replay: tuple[Any, ...] | None = None) -> Gradients:
         """The gradients of ``needed`` (what :meth:`RecurrenceOp.gradients` returns), fused
-        where the policy says so."""
+        where the policy says so; ``replay``: the key of :meth:`eager` under which a graph
+        that runs is kept (its tensors are the saved ones, then the output gradients given)."""
         policy = self.op.fuse_backward
         # the fused backward kernel computes every gradient itself where it applies and
         # compiles (explorer.backward_kernel; "kernel": the eager formulas elsewhere)
@@ -137,9 +164,24 @@ class FusedBackward:
             if made is None:
                 return self.op.gradients(arrays, states, cotangents, needed)
             outs = made
+            run = self._fused.get(key)
         else:
             outs = run(*tensors)
+        if replay is not None and run is not None:
+            self._keep(replay, run, names, outs, arrays)
         return {n: g for n, g in zip(names, outs, strict=True) if g is not None}
+
+    def _keep(self, key: tuple[Any, ...], run: Callable[..., Any], names: tuple[str, ...],
+              outs: Any, arrays: dict[str, Any]) -> None:
+        """Keep ``run`` for :meth:`eager`'s key where its gradients need nothing after it (each
+        in its array's dtype: the forward's argument order is all that is left)."""
+        if any(g is not None and g.dtype != arrays[n].dtype
+               for n, g in zip(names, outs, strict=True)):
+            return
+        specs = self.op.specs
+        at = {n: i for i, n in enumerate(names)}
+        order = [at.get(n) if n in arrays else None for n in specs.names]
+        self._replays.put(key, _Replay(run, order, specs.needs_length))
 
     @property
     def signatures(self) -> int:
@@ -196,6 +238,34 @@ class FusedBackward:
             while len(self._fused) > KEPT:
                 self._fused.popitem(last=False)
         return tuple(outs)
+
+
+def _replay_key(op: RecurrenceOp, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
+                ) -> tuple[Any, ...]:
+    parts: list[Any] = [op.fuse_backward, ctx.needs_input_grad, ctx.present]
+    for x in saved:
+        parts.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.device))
+    for g in grads:
+        parts.append(None if g is None else (type(g), g.shape, g.stride(), g.storage_offset(),
+                                             g.dtype, g.device))
+    return tuple(parts)
+
+
+class _Replay:
+    """A graph replayed for one key of :meth:`FusedBackward.eager`: its tensors are the saved
+    ones and the output gradients given, in order (what :meth:`FusedBackward.__call__` passes
+    it); ``order``: per argument of the forward, the index of its gradient among the graph's
+    outputs (None: not asked for)."""
+
+    def __init__(self, run: Callable[..., Any], order: list[int | None], length: bool) -> None:
+        self.run, self.order, self.length = run, order, length
+
+    def __call__(self, saved: tuple[Any, ...], grads: tuple[Any, ...]) -> tuple[Any, ...]:
+        outs = self.run(*saved, *[g for g in grads if g is not None])
+        res = [None if j is None else outs[j] for j in self.order]
+        if self.length:
+            res.append(None)
+        return tuple(res)
 
 
 def _direct_adjoint(graph: Any, op: RecurrenceOp) -> Any:

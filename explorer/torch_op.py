@@ -459,11 +459,7 @@ class _Eager(torch.autograd.Function):
         done = backward_kernel.fast(op, ctx, saved, grads)
         if done is not None:
             return (None, *done)
-        arrays, states, cotangents, needed = op._unpack(ctx, grads, ctx.needs_input_grad[1:],
-                                                        saved)
-        if ctx.every:   # the states saved one step in a tile: laid out again
-            states, _ = backward_kernel.restored(op, ctx, arrays, states, cotangents)
-        return (None, *op._pack(arrays, op.fused(arrays, states, cotangents, needed)))
+        return (None, *op.fused.eager(ctx, saved, grads))
 
 
 def _function(f: Callable[..., Any]) -> Callable[..., Any]:

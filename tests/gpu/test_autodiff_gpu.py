@@ -222,6 +222,7 @@ def test_fused_backward_matches_torch_autograd(case_id: str):
     policy = op.fuse_backward
     op.fused._fused.clear()
     op.fused._seen.clear()
+    op.fused._replays.plans.clear()
     try:
         # a recurrence the fused backward kernel takes runs it with "auto"
         op.fuse_backward = "auto" if rec.vector and not kernel_applies(text) else "always"
@@ -266,6 +267,7 @@ def test_traced_backward_binds_its_launch_plan(case_id: str, monkeypatch: Any):
         eager = _cuda_grads(op, rec, arrays, h0, cot)
         op.fuse_backward = "traced"
         op.fused._fused.clear()
+        op.fused._replays.plans.clear()
         monkeypatch.setattr(Runner, "__call__", counted)
         traced = [_cuda_grads(op, rec, arrays, h0, cot) for _ in range(4)]
         assert op.fused.signatures == 1

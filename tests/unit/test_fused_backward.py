@@ -38,16 +38,17 @@ def op_of() -> Iterator[Any]:
         op = _compile(text, BLELLOCH).torch()
         made.append((op, op.fuse_backward, op.fused.backend, op.fused.auto_devices))
         op.fused.backend = "aot_eager"
-        op.fused._fused.clear()
-        op.fused._seen.clear()
-        op.fused._failed.clear()
+        _forget(op)
         return op
     yield make
     for op, policy, backend, devices in made:
         op.fuse_backward, op.fused.backend, op.fused.auto_devices = policy, backend, devices
-        op.fused._fused.clear()
-        op.fused._seen.clear()
-        op.fused._failed.clear()
+        _forget(op)
+
+
+def _forget(op: Any) -> None:
+    for kept in (op.fused._fused, op.fused._seen, op.fused._failed, op.fused._replays.plans):
+        kept.clear()
 
 
 def _grads(op: Any, arrays: dict[str, np.ndarray], grad: set[str] | None = None,
@@ -100,6 +101,47 @@ def test_traced_gradients_are_the_eager_ones(op_of: Any, text: str) -> None:
         assert set(run) == set(eager) == set(arrays)
         for k in eager:
             assert torch.equal(run[k], eager[k]), k
+
+
+@pytest.mark.parametrize("text", [AFFINE, SELECTIVE])
+def test_an_eager_backward_replays_its_graph_from_what_autograd_hands_it(
+        op_of: Any, text: str, monkeypatch: Any) -> None:
+    """Once a signature's graph ran, the eager backward of that key (what autograd hands it)
+    replays it directly, without the names and layouts of the general path: the same bits as
+    the eager formulas; another key (gradients asked of one input alone, a loss of the readouts
+    alone, another policy) takes the general path first, and binds its own."""
+    arrays, _ = _inputs(text)
+    op = op_of(text)
+    op.fuse_backward = "never"
+    eager = _grads(op, arrays)
+    readouts = _grads(op, arrays, readout_only=True) if text == SELECTIVE else None
+    op.fuse_backward = "traced"
+    assert set(_grads(op, arrays)) == set(arrays)
+    assert len(op.fused._replays.plans) == 1
+    general: list[int] = []
+    unpack = op._unpack
+    monkeypatch.setattr(op, "_unpack", lambda *a, **k: general.append(1) or unpack(*a, **k))
+    for _ in range(2):
+        again = _grads(op, arrays)
+        assert not general   # the replay ran
+        assert set(again) == set(eager)
+        for k in eager:
+            assert torch.equal(again[k], eager[k]), k
+    first = sorted(arrays)[0]
+    one = _grads(op, arrays, grad={first})
+    assert general and set(one) == {first} and torch.equal(one[first], eager[first])
+    assert len(op.fused._replays.plans) == 2
+    if readouts is not None:   # no cotangent of the states: None among autograd's gradients
+        general.clear()
+        for _ in range(2):
+            got = _grads(op, arrays, readout_only=True)
+            for k in readouts:
+                assert torch.equal(got[k], readouts[k]), k
+        assert len(general) == 1 and len(op.fused._replays.plans) == 3
+    op.fuse_backward = "never"
+    general.clear()
+    _grads(op, arrays)
+    assert general
 
 
 def test_identity_views_are_dropped_and_others_kept() -> None:
@@ -181,7 +223,7 @@ def test_a_traced_adjoint_is_bound_after_its_first_call(op_of: Any) -> None:
     try:
         for bindable, want in ((True, ["checked", "bound", "bound"]),
                                (False, ["checked", "checked", "checked"])):
-            op.fused._fused.clear()
+            _forget(op)   # the graphs and their replays
             calls.clear()
             op.adjoint_runner = Binding(bindable)
             got = [_grads(op, arrays) for _ in range(3)]
