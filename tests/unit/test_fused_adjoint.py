@@ -209,6 +209,39 @@ def test_a_record_keeps_the_tile_and_refuses_another(backward_compile, tmp_path)
         load_compiled(path)
 
 
+def test_the_kernel_reads_the_states_one_step_a_tile_and_its_record_says_so(
+        backward_compile, tmp_path):
+    """The saved states' argument holds one step in the tile (``every``: the state at each
+    tile's last step), read back from a record; a record whose ``every`` is not its tile, or
+    that has none (a kernel that read every state), is refused: the kernel indexes them by its
+    tile, the runtime would check the shape by ``every``."""
+    from explorer.compiler import load_compiled
+    from tests.unit.test_hostile_records import _rewrite
+
+    fa = backward_compile.scan_plan.adjoint
+    tile = backward_compile.scan_plan.tile
+    (saved,) = [a for a in backward_compile.contract[0].args
+                if a.name == fa.saved and a.role == "input"]
+    assert (saved.role, saved.timed, saved.lane, saved.every) == ("input", True, True, tile)
+    path = backward_compile.dump(tmp_path / "bw.json.gz")
+    assert load_compiled(path).contract[0].args == backward_compile.contract[0].args
+
+    def every(value: object) -> object:
+        def edit(payload: dict) -> None:
+            for a in payload["kernels"][0]["args"]:
+                if a["name"] == fa.saved and a["role"] == "input":
+                    if value is None:
+                        a.pop("every")
+                    else:
+                        a["every"] = value
+        return edit
+    for value in (tile * 2, 1, None):
+        path = backward_compile.dump(tmp_path / f"bw{value}.json.gz")
+        _rewrite(path, every(value))
+        with pytest.raises(ValueError, match=f"one step in {value}, not in its tile of {tile}"):
+            load_compiled(path)
+
+
 def test_the_readouts_compile_reads_no_state_cotangent_and_its_record_says_so(tmp_path):
     from mlir.ir import Context, Module
 
