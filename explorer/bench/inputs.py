@@ -46,7 +46,7 @@ def random_inputs(kernel: Any, C: int, L: int, N: int = 16, seed: int = 0) -> di
         if spec.lane:
             shape += (N,)
         if spec.timed:
-            shape += (L,)
+            shape += (spec.steps(L),)   # (one step in ``every``: its own length)
         if spec.name in decays:
             value = decays[spec.name] * (0.5 + 0.5 * rng.random(shape))
         elif spec.name == "dt":
