@@ -162,7 +162,7 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
         if not kept:   # recomputed by the forward: the general path
             return None
     kernel = op.kernel_for(arrays, states, cotangents)
-    if kernel is None or _no_steps(op, arrays, states):
+    if kernel is None or _no_steps(op, arrays, states, cotangents):
         return None
     bound = _bind(op, kernel, arrays, states, cotangents, needed)
     if bound is None or bound.after or not bound.plan.pool:
@@ -253,20 +253,29 @@ def restored(op: Any, ctx: Any, arrays: dict[str, Any], states: dict[str, Any],
     return {name: outs[op.specs.outputs.index(name)]}, False
 
 
-def _no_steps(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
+def _length(op: Any, arrays: dict[str, Any], cotangents: dict[str, Any]) -> int:
+    """The steps of a backward: its inputs' last axis, or (a recurrence without inputs) its
+    output gradients' (a backward has one at least)."""
+    inputs = op.compiled.recurrence.inputs
+    x = arrays[inputs[0]] if inputs else next(iter(cotangents.values()))
+    return int(x.shape[-1])
+
+
+def _no_steps(op: Any, arrays: dict[str, Any], states: dict[str, Any],
+              cotangents: dict[str, Any]) -> bool:
     """Whether the states have no step at all (no channel, no lane or a length of 0): the
     saved ones' own size does not say, since a forward that saved one step in a tile saved
     none of a sequence shorter than a tile."""
     h = next(iter(states.values()))
-    return math.prod(h.shape[:-1]) * arrays[op.compiled.recurrence.inputs[0]].shape[-1] == 0
+    return math.prod(h.shape[:-1]) * _length(op, arrays, cotangents) == 0
 
 
-def kernel_states(op: Any, compiled: Any, arrays: dict[str, Any], h: Any) -> Any:
+def kernel_states(op: Any, compiled: Any, arrays: dict[str, Any], cotangents: dict[str, Any],
+                  h: Any) -> Any:
     """What the fused kernel of ``compiled`` reads of the states ``h``: the steps at its tiles'
     ends (one in its tile); ``h`` itself where it holds those alone (the forward saved them:
-    its last axis is not the inputs' length), else a view of them."""
-    length = arrays[op.compiled.recurrence.inputs[0]].shape[-1]
-    if h.shape[-1] != length:
+    its last axis is not the backward's length), else a view of them."""
+    if h.shape[-1] != _length(op, arrays, cotangents):
         return h
     every = tile_of(compiled)
     return h[..., every - 1::every]
@@ -295,7 +304,7 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
     from explorer.runtime.cuda_plan import run_plan
 
     states_read = compiled_reads(compiled.options["backward"])
-    if _no_steps(op, arrays, states):   # nothing to launch: every gradient is zero
+    if _no_steps(op, arrays, states, cotangents):   # nothing to launch: every gradient is zero
         return {name: torch.zeros_like(arrays[name]) for name in needed}
     table = op.bindings
     key = _key(states_read, arrays, states, cotangents, needed)
@@ -306,7 +315,8 @@ def gradients(op: Any, compiled: Any, arrays: dict[str, Any], states: dict[str, 
             return _unbound(op, compiled, arrays, states, cotangents, needed)
         table.put(key, bound)
     given = dict(arrays)
-    given[bound.saved] = kernel_states(op, compiled, arrays, states[bound.state])
+    given[bound.saved] = kernel_states(op, compiled, arrays, cotangents,
+                                       states[bound.state])
     for name, o in bound.cotangents.items():
         given[name] = cotangents[o].contiguous()   # itself where it is
     given.update(bound.zeros)
@@ -343,9 +353,9 @@ def _inputs(op: Any, compiled: Any, fa: Any, arrays: dict[str, Any], states: dic
     rec = op.compiled.recurrence
     h = states[fa.state]
     batch, N = tuple(h.shape[:-2]), h.shape[-2]
-    L = arrays[rec.inputs[0]].shape[-1]
+    L = _length(op, arrays, cotangents)
     given = dict(arrays)
-    given[fa.saved] = kernel_states(op, compiled, arrays, h)
+    given[fa.saved] = kernel_states(op, compiled, arrays, cotangents, h)
     zeros: dict[str, Any] = {}
     named: dict[str, str] = {}
     for o, name in fa.cotangents.items():

@@ -237,7 +237,7 @@ def run_model(fa: FusedAdjoint, arrays: dict[str, np.ndarray], saved: np.ndarray
     rec = fa.form.recurrence
     lanes = set(rec.lane_names)
     C, N, _ = saved.shape
-    L = arrays[rec.inputs[0]].shape[-1]
+    L = (arrays[rec.inputs[0]] if rec.inputs else next(iter(cotangents.values()))).shape[-1]
     h0 = arrays.get(h0_name(fa.state), np.zeros((C, N)))
 
     def env_at(lo: int, hi: int) -> dict[str, Any]:

@@ -37,14 +37,18 @@ def test_the_kernel_reads_the_last_step_of_each_whole_tile(length: int):
     kernel = SimpleNamespace(scan_plan=SimpleNamespace(tile=every))
     h = torch.randn(2, 3, 4, length)
     arrays = {"dt": torch.randn(2, 3, length)}
-    view = kernel_states(_op(), kernel, arrays, h)
+    view = kernel_states(_op(), kernel, arrays, {}, h)
     assert view.shape == (2, 3, 4, length // every)
     if length >= every:   # a view of h (an empty one has no storage of its own)
         assert view.data_ptr() == h.data_ptr() + 4 * (every - 1)
     for k in range(length // every):
         assert torch.equal(view[..., k], h[..., (k + 1) * every - 1])
     saved = h[..., every - 1::every].contiguous()
-    assert kernel_states(_op(), kernel, arrays, saved) is saved
+    assert kernel_states(_op(), kernel, arrays, {}, saved) is saved
+    # a recurrence without inputs: the length of its output gradients
+    cot = {"y": torch.ones(2, 3, length)}
+    assert kernel_states(_op(()), kernel, {}, cot, saved) is saved
+    assert torch.equal(kernel_states(_op(()), kernel, {}, cot, h), view)
 
 
 def test_the_runtime_takes_an_argument_of_one_step_in_a_tile():
@@ -124,7 +128,10 @@ def test_a_sequence_shorter_than_a_tile_still_has_its_gradients():
     from explorer.backward_kernel import _no_steps
 
     op = _op()
-    assert not _no_steps(op, {"dt": torch.ones(2, 3, 37)}, {"h": torch.ones(2, 3, 4, 0)})
-    assert not _no_steps(op, {"dt": torch.ones(2, 3, 37)}, {"h": torch.ones(2, 3, 4, 37)})
-    assert _no_steps(op, {"dt": torch.ones(2, 3, 0)}, {"h": torch.ones(2, 3, 4, 0)})
-    assert _no_steps(op, {"dt": torch.ones(0, 3, 37)}, {"h": torch.ones(0, 3, 4, 0)})
+    assert not _no_steps(op, {"dt": torch.ones(2, 3, 37)}, {"h": torch.ones(2, 3, 4, 0)}, {})
+    assert not _no_steps(op, {"dt": torch.ones(2, 3, 37)}, {"h": torch.ones(2, 3, 4, 37)}, {})
+    assert _no_steps(op, {"dt": torch.ones(2, 3, 0)}, {"h": torch.ones(2, 3, 4, 0)}, {})
+    assert _no_steps(op, {"dt": torch.ones(0, 3, 37)}, {"h": torch.ones(0, 3, 4, 0)}, {})
+    # a recurrence without inputs: the length of its output gradients
+    assert not _no_steps(_op(()), {}, {"h": torch.ones(2, 3, 4, 0)}, {"h": torch.ones(2, 3, 4, 37)})
+    assert _no_steps(_op(()), {}, {"h": torch.ones(2, 3, 4, 0)}, {"h": torch.ones(2, 3, 4, 0)})
