@@ -57,6 +57,10 @@ KERNEL_ONLY = {
 }
 
 
+#: a diagonal recurrence without timed inputs (called with ``L``): the fused kernel takes it
+NO_INPUTS = "h[t, n] = A[n] * h[t-1, n] + B[n]"
+
+
 def _cases() -> list[tuple[str, str, dict[str, Any]]]:
     import explorer as ex
 
@@ -100,7 +104,7 @@ def build(folder: Path) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     index = {}
-    for i, (name, text, options) in enumerate(_cases()):
+    for i, (name, text, options) in enumerate([*_cases(), ("no-inputs", NO_INPUTS, DEFAULT)]):
         opts = dict(options)
         strategy = opts.pop("strategy")
         lane = opts.pop("lane_gradients", False)
@@ -526,6 +530,42 @@ def test_backward_kernel_matches_torch_autograd(case_id: str, text: str, options
     assert {k: tuple(v.shape) for k, v in ours.items()} == {
         k: tuple(v.shape) for k, v in {**arrays, **h0}.items()}
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("length", [37, 1100, 4500])
+def test_backward_kernel_of_a_recurrence_without_timed_inputs(length: int):
+    """``h[t, n] = A[n] h[t-1, n] + B[n]`` called with ``L``: no input says the length, the
+    output gradient does (0, 2 and 8 states saved, one a tile); every gradient, the initial
+    state's included, against torch autograd through the float64 loop, twice (the second
+    through the call bound by the first)."""
+    rec = Recurrence.parse(NO_INPUTS)
+    rng = np.random.default_rng(length)
+    given = {"A": rng.uniform(0.5, 0.95, (6, 4)), "B": rng.standard_normal((6, 4)),
+             "h0": rng.uniform(-1, 1, (6, 4))}
+    cot = rng.standard_normal((6, 4, length))
+    leaves = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+              for k, v in given.items()}
+    out = torch_reference(rec, {k: leaves[k] for k in ("A", "B")}, {"h0": leaves["h0"]},
+                          length=length)["h"]
+    (out * torch.tensor(cot)).sum().backward()
+    ref = {k: v.grad.numpy() for k, v in leaves.items()}
+    op = _op(NO_INPUTS, DEFAULT)
+    policy = op.fuse_backward
+    try:
+        op.fuse_backward = "kernel"
+        for _ in range(2):
+            mine = {k: torch.tensor(v, dtype=torch.float32, device="cuda", requires_grad=True)
+                    for k, v in given.items()}
+            h = op(**mine, L=length)
+            assert tuple(h.grad_fn.saved_tensors[-1].shape) == (6, 4, length // 512)
+            got = torch.autograd.grad(h, list(mine.values()),
+                                      torch.tensor(cot, dtype=torch.float32, device="cuda"))
+            errors = {k: _rel(g.cpu(), ref[k]) for k, g in zip(mine, got)}
+            assert max(errors.values()) < (KERNEL_TOL if length < 1000 else LONG_TOL), errors
+    finally:
+        op.fuse_backward = policy
+    assert ("backward", "True") in op._compiles
 
 
 @pytest.mark.gpu
