@@ -157,6 +157,11 @@ def _rebuild(payload: Any, key: str, rec: Recurrence | None) -> Compiled:
                         from_cache=True, trusted=False, scan_plan=bplan)
     from explorer.passes.plan import plan_from_dict
 
+    # an argument of one step in a tile is a fused backward's saved states alone: a forward
+    # kernel reads every step of its inputs (the runtime would take a shorter array)
+    if any(isinstance(a, dict) and "every" in a for k in kernels for a in k.get("args", ())):
+        raise ValueError("the record's forward kernels take an argument of one step in a "
+                         "tile, which only a fused backward's saved states are")
     plan = plan_from_dict(payload["plan"])
     _kernel_blocks(plan, kernels)
     return Compiled(rec, form, plan.picture(plan.threads), strategy, target, checked,

@@ -208,9 +208,15 @@ def backward_plan_from_dict(raw: Any, form: Any, kernels: list[dict[str, Any]],
     if got != want:
         raise ValueError(f"the record's backward kernel reads {got}; the backward its options "
                          f"say reads {want}")
-    # its saved states: one step a tile, the tile's (the kernel indexes them so)
+    # its saved states: one step a tile, the tile's (the kernel indexes them so), and no other
+    # argument (the kernel reads every step of the others)
     every = [a.get("every") for a in kernels[0].get("args", []) if isinstance(a, dict)
              and a.get("role") == "input" and a.get("name") == fa.saved]
+    others = [a.get("name") for a in kernels[0].get("args", []) if isinstance(a, dict)
+              and "every" in a and not (a.get("role") == "input" and a.get("name") == fa.saved)]
+    if others:
+        raise ValueError(f"the record's backward kernel reads {others!r:.40} one step in a "
+                         "tile: only its saved states are")
     if every != [tile[0] * tile[1]]:
         raise ValueError(f"the record's backward kernel reads {fa.saved} one step in "
                          f"{every[0] if every else None!r:.24}, not in its tile of "

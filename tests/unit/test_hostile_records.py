@@ -340,3 +340,28 @@ def test_a_record_whose_short_kernel_disagrees_with_its_plan_is_refused(tmp_path
         _rewrite(path, edit)
         with pytest.raises(ValueError, match="short"):
             compiler.load_compiled(path)
+
+
+def test_a_record_may_not_shorten_an_input_to_one_step_in_a_tile(tmp_path):
+    """``every`` (an input of ``L // every`` steps) is a fused backward's saved states alone: a
+    forward record, or a backward one, that gives it to another input is refused, re-hashed or
+    not (the runtime would take a shorter array than the kernel reads)."""
+    c = ex.compile(AFFINE, target="cuda")
+    path = c.dump(tmp_path / "f.json")
+
+    def shorten(name: str):
+        def edit(p):
+            for k in p["kernels"]:
+                for a in k["args"]:
+                    if a["name"] == name and a["role"] == "input":
+                        a["every"] = 512
+        return edit
+    _rewrite(path, shorten("a"))
+    with pytest.raises(ValueError, match="forward kernels take an argument of one step"):
+        compiler.load_compiled(path)
+    b = ex.compile(ex.PRESETS["selective scan"], target="cuda", backward="readouts")
+    path = b.dump(tmp_path / "b.json")
+    assert compiler.load_compiled(path).contract[0].args == b.contract[0].args
+    _rewrite(path, shorten("x"))
+    with pytest.raises(ValueError, match="reads \\['x'\\] one step in a tile: only its saved"):
+        compiler.load_compiled(path)
