@@ -41,7 +41,7 @@ KEPT = 8
 
 def applies(op: Any, arrays: dict[str, Any], states: dict[str, Any]) -> bool:
     """Whether ``op``'s backward on these tensors runs the fused kernel."""
-    if not _may_apply(op):
+    if not may_apply(op):
         return False
     tensors = [*arrays.values(), *states.values()]
     return all(type(x) is torch.Tensor and x.is_cuda and x.dtype == torch.float32
@@ -122,7 +122,7 @@ def fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     gradients asked for, the arguments given, every saved tensor's shape, strides and dtype,
     and each output gradient's (None where the loss does not read that output)."""
     first = saved[0] if saved else None
-    if first is None or not first.is_cuda or not _may_apply(op):
+    if first is None or not first.is_cuda or not may_apply(op):
         return None
     parts: list[Any] = [op.fuse_backward, current_stream(first.get_device()),
                         ctx.needs_input_grad, ctx.present, ctx.every, ctx.full]
@@ -138,7 +138,7 @@ def fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     return call(saved, grads) if call else None
 
 
-def _may_apply(op: Any) -> bool:
+def may_apply(op: Any) -> bool:
     """What :func:`applies` decides of the operator alone (its policy, its recurrence),
     without a tensor: also asked before a key is made, so that an operator whose backward
     never runs the kernel (a scalar recurrence's, ``fuse_backward="never"``) pays nothing for
@@ -215,7 +215,7 @@ def checkpoints(op: Any, ctx: Any, values: Sequence[Any], out: Any) -> int | Non
         # (identity: 1 and 0 compare equal to True and False, and 0 would have meant "on")
         raise ValueError(f"op.checkpoints is True, False or 'auto', not {op.checkpoints!r:.40}")
     # (a Function's forward runs with grad mode off: what is asked of it is needs_input_grad)
-    if op.checkpoints is False or not any(ctx.needs_input_grad) or not _may_apply(op):
+    if op.checkpoints is False or not any(ctx.needs_input_grad) or not may_apply(op):
         return None
     outs = out if isinstance(out, tuple) else (out,)
     if len(op._state_outputs) != 1:

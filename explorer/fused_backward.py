@@ -113,7 +113,8 @@ class FusedBackward:
         of names, no key of names and layouts (:class:`_Replay`)."""
         op = self.op
         key = None
-        if not ctx.every and saved:
+        # (an operator the fused kernel takes runs it, not a graph: no key to make a call)
+        if not ctx.every and saved and not backward_kernel.may_apply(op):
             key = _replay_key(op, ctx, saved, grads)
             call = self._replays.get(key)
             if call is not None:

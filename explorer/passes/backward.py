@@ -210,10 +210,10 @@ def backward_plan_from_dict(raw: Any, form: Any, kernels: list[dict[str, Any]],
                          f"say reads {want}")
     # its saved states: one step a tile, the tile's (the kernel indexes them so), and no other
     # argument (the kernel reads every step of the others)
-    every = [a.get("every") for a in kernels[0].get("args", []) if isinstance(a, dict)
-             and a.get("role") == "input" and a.get("name") == fa.saved]
-    others = [a.get("name") for a in kernels[0].get("args", []) if isinstance(a, dict)
-              and "every" in a and not (a.get("role") == "input" and a.get("name") == fa.saved)]
+    args = [a for a in kernels[0].get("args", []) if isinstance(a, dict)]
+    saved = [a for a in args if a.get("role") == "input" and a.get("name") == fa.saved]
+    every = [a.get("every") for a in saved]
+    others = [a.get("name") for a in args if "every" in a and a not in saved]
     if others:
         raise ValueError(f"the record's backward kernel reads {others!r:.40} one step in a "
                          "tile: only its saved states are")
