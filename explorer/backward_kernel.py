@@ -20,8 +20,9 @@ gradients and launches. Where nothing runs after the kernel (every gradient is a
 outputs' one allocation: the usual case), the eager autograd function goes further
 (:func:`fast`): keyed on what autograd hands its backward (the saved tensors and the output
 gradients as they come), a call is one allocation, one memset, one launch and a view per
-gradient, no dictionary of names built; the backward's host time is most of a short
-sequence's (README, *The fused backward kernel*).
+gradient, no dictionary of names built (and a contiguous copy of an output gradient given
+otherwise, such as the expanded one of a ``y.sum()``); the backward's host time is most of a
+short sequence's (README, *The fused backward kernel*).
 """
 
 from __future__ import annotations
@@ -98,9 +99,15 @@ class _Fast:
     #: every state saved (no :func:`checkpoints`): their index among the saved tensors and
     #: the kernel's tile, whose last steps it reads (copied into the plan's buffer)
     thin: tuple[int, int] | None = None
+    #: the output gradients given not contiguous (the expanded one of a ``y.sum()``, a
+    #: strided one), by index: copied contiguous first, as the general path lays them out
+    copied: tuple[int, ...] = ()
 
     def __call__(self, saved: tuple[Any, ...], grads: tuple[Any, ...]) -> tuple[Any, ...]:
         plan = self.plan
+        if self.copied:
+            grads = tuple(g.contiguous() if i in self.copied else g
+                          for i, g in enumerate(grads))
         if self.thin is not None:
             i, every = self.thin
             saved = (*saved[:i], saved[i][..., every - 1::every], *saved[i + 1:])
@@ -168,8 +175,6 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     if bound is None or bound.after or not bound.plan.pool:
         return None
     plan = bound.plan
-    if not all(cotangents[o].is_contiguous() for o in bound.cotangents.values()):
-        return None   # the general path lays them out
     specs = op.specs
     given = [n for n, p in zip(specs.names, ctx.present) if p]
     where = {n: (0, i) for i, n in enumerate(given)}
@@ -195,10 +200,12 @@ def _make_fast(op: Any, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
     if specs.needs_length:
         views.append(None)
     state_at = where[bound.saved][1]
+    copied = tuple(specs.outputs.index(o) for o in bound.cotangents.values()
+                   if not cotangents[o].is_contiguous())
     return _Fast(bound.runner, plan, [where[lay.name] for lay in plan.layouts],
                  tuple(bound.zeros.values()), [4 * plan.offsets[o] for o in plan.outputs],
                  views, all(lay.direct for lay in plan.layouts),
-                 None if ctx.every else (state_at, tile_of(kernel)))
+                 None if ctx.every else (state_at, tile_of(kernel)), copied)
 
 
 def checkpoints(op: Any, ctx: Any, values: Sequence[Any], out: Any) -> int | None:

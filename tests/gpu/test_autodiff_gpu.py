@@ -571,13 +571,13 @@ def test_backward_kernel_of_a_recurrence_without_timed_inputs(length: int):
 @pytest.mark.gpu
 def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     """The eager backward's bound call (``backward_kernel.fast``: one allocation, one memset,
-    one launch, a view per gradient) is taken from a signature's first call; a signature it
-    does not fit (a cotangent laid out otherwise) and a policy changed after it was bound take
-    the general path. The forward saves the states at the kernel's tile ends alone (the
-    default), which the kernel reads as they are, and a backward that then runs the adjoint
-    recomputes them; with ``op.checkpoints = False`` it saves every state, and the bound call
-    hands the kernel their tiles' last steps. Every time the gradients against torch autograd
-    through the float64 loop."""
+    one launch, a view per gradient) is taken from a signature's first call, a cotangent not
+    contiguous (strided, or the expanded one of a sum) copied contiguous first; a policy
+    changed after it was bound takes the general path. The forward saves the states at the
+    kernel's tile ends alone (the default), which the kernel reads as they are, and a backward
+    that then runs the adjoint recomputes them; with ``op.checkpoints = False`` it saves every
+    state, and the bound call hands the kernel their tiles' last steps. Every time the
+    gradients against torch autograd through the float64 loop."""
     from explorer import backward_kernel
     from tests.unit.test_fused_adjoint import _readouts_grads
 
@@ -611,7 +611,19 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
     assert not g.is_contiguous()
     got = torch.autograd.grad(out, list(leaves.values()), g)
     check({k: v.cpu() for k, v in zip(leaves, got)})
-    assert False in kept()
+    assert False not in kept()
+    fast = [v for v in kept() if v.copied]
+    assert len(fast) == 1 and fast[0].copied == (op.specs.outputs.index(name),)
+    # a loss of the sum: autograd hands the backward an expanded cotangent (strides of 0)
+    out = op(**leaves)[name]
+    got = torch.autograd.grad(out.sum(), list(leaves.values()))
+    wide64 = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+              for k, v in {**arrays, **h0}.items()}
+    torch_reference(rec, {k: wide64[k] for k in arrays},
+                    {k: wide64[k] for k in h0})[name].sum().backward()
+    errors = {k: _rel(v.cpu(), wide64[k].grad.numpy()) for k, v in zip(leaves, got)}
+    assert max(errors.values()) < KERNEL_TOL, errors
+    assert len([v for v in kept() if v.copied]) == 2 and False not in kept()
     # the default: checkpoints, the states at steps 511 and 1023 alone (the kernel's tiles of
     # 512; a saved output read while the output lives)
     res = op(**leaves)
@@ -625,7 +637,7 @@ def test_backward_kernel_fast_call_and_the_general_path(monkeypatch: Any):
         assert tuple(res[name].grad_fn.saved_tensors[-1].shape) == (2, 3, 4, 1100)
         for _ in range(2):
             check(_cuda_grads(op, rec, arrays, h0, cot))
-        fast = [v for v in kept() if isinstance(v, backward_kernel._Fast)]
+        fast = [v for v in kept() if isinstance(v, backward_kernel._Fast) and not v.copied]
         assert len(fast) == 2 and sorted(v.thin is None for v in fast) == [False, True]
         assert not calls
         op.checkpoints = "auto"
