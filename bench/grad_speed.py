@@ -780,14 +780,21 @@ def main(argv: list[str] | None = None) -> int:
     affine = args.affine if args.affine is not None else (AFFINE_SIZES if cuda else DRY_AFFINE)
     selective = args.selective if args.selective is not None else (
         SELECTIVE_SIZES if cuda else DRY_SELECTIVE)
-    if cuda:
-        print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    env: dict[str, Any] = {}
+    if cuda:   # what the numbers depend on, printed and kept with them
+        from explorer.bench.results import environment
+
+        env = environment()
+        libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
+        print(f"GPU: {env.get('gpu') or torch.cuda.get_device_name()}, driver "
+              f"{env.get('driver', 'unknown')}; {libs}")
     if cuda and args.mamba_src is not None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from mamba_speed import build_mamba_grad
 
         kw["mamba"], secs, what = build_mamba_grad(args.mamba_src, args.mamba_build)
         print(f"mamba-ssm built in {secs:.1f} s from {what}")
+        env["mamba-ssm"] = f"built from {what}"
     elif cuda and args.mamba_module is not None:
         import importlib.util
 
@@ -797,6 +804,7 @@ def main(argv: list[str] | None = None) -> int:
         kw["mamba"] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(kw["mamba"])
         print(f"mamba-ssm from {args.mamba_module} (built earlier with --mamba-src)")
+        env["mamba-ssm"] = f"the module {args.mamba_module}"
     records, failed = [], False
     problems: list[Callable[[], Problem]] = [
         *(lambda s=s: AffineProblem(s, **kw) for s in affine),
@@ -817,7 +825,8 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.empty_cache()
     if args.json:
-        args.json.write_text(json.dumps({"device": device, "records": records}, indent=1))
+        args.json.write_text(json.dumps({"device": device, "environment": env,
+                                         "records": records}, indent=1))
     return 1 if failed else 0
 
 
