@@ -16,10 +16,12 @@ compile's key, so one pair per compile): ``scanweaver::fwd_<key>`` runs the forw
 autograd formula (``register_autograd``) calls the adjoint then computes the gradients with torch
 elementwise operations.  Both have a fake implementation (``register_fake``: output shapes from
 input shapes), so the op works in eager mode and inside ``torch.compile``, forward and backward.
-In eager mode on plain tensors a call skips the dispatcher (:func:`_eager`): the same forward,
-autograd formula and adjoint run as a plain ``torch.autograd.Function`` (:class:`_Eager`), a few
-microseconds of host time less per operator than the custom operators' dispatch
-(``bench/op_host.py`` times the operator's host work).
+In eager mode on plain tensors a call skips the dispatcher (:func:`explorer.torch_eager.eager`):
+the same forward, autograd formula and adjoint run as a plain ``torch.autograd.Function``
+(:class:`_Eager`), a few microseconds of host time less per operator than the custom operators'
+dispatch (``bench/op_host.py`` times the operator's host work); where autograd would record
+nothing (``torch.no_grad()``, inference mode, no tensor asking for a gradient:
+:func:`explorer.torch_eager.records`) it is the forward's launch alone.
 
 Where it runs: on the tensors' device.  CUDA tensors run the PTX kernels through CuPy on torch's
 current stream (no synchronisation); CPU tensors run the same kernels as host code
@@ -72,6 +74,7 @@ from explorer.fused_backward import FusedBackward, check_policy
 from explorer.gradients import gradients
 from explorer.runtime.cuda_plan import PlanCache, current_stream
 from explorer.torch_arrays import TorchOps
+from explorer.torch_eager import eager, records
 from explorer.torch_runner import Runner as _Runner
 from explorer.torch_runner import Specs as _Specs
 
@@ -247,10 +250,12 @@ class RecurrenceOp:
             values.append(L)
         elif L is not None:
             raise TypeError("L is given by the inputs' last axis")
-        if _eager(values):
-            out = _Eager.apply(self, *values)
-        else:
+        if not eager(values):
             out = self.forward_op(*values)
+        elif records(values):
+            out = _Eager.apply(self, *values)
+        else:   # no graph to record (no_grad, inference, no tensor asks for a gradient)
+            out = self.forward_call(values)
         outs = out if isinstance(out, tuple) else (out,)
         if len(outs) == 1:
             return outs[0]
@@ -417,32 +422,15 @@ class RecurrenceOp:
         values += [None] * (len(self.adjoint_specs.names) - len(values))
         values += [list((sums or {})[o]) if o in (sums or {}) else None
                    for o in self.adjoint_specs.sums]
-        out = self.adjoint_runner(*values) if _eager(values) else self.adjoint_op(*values)
+        out = self.adjoint_runner(*values) if eager(values) else self.adjoint_op(*values)
         outs = out if isinstance(out, tuple) else (out,)
         return dict(zip(self.adjoint_specs.outputs, outs))
 
 
-def _eager(values: Sequence[Any]) -> bool:
-    """Whether a call may skip the dispatcher: eager mode (not traced by ``torch.compile`` or
-    ``torch.jit.trace``, no dispatch or function mode, no functorch transform) on plain
-    tensors. Then :class:`_Eager` runs the same forward, autograd formula and adjoint as the
-    operators, without their dispatch (``bench/op_host.py`` times the operator's host work)."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() \
-            or torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
-        return False
-    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    for x in values:   # a loop, not all() over a generator: this runs on every call
-        if type(x) is torch.Tensor:
-            if wrapped(x):
-                return False
-        elif not (x is None or isinstance(x, int | list)):
-            return False
-    return True
-
-
 class _Eager(torch.autograd.Function):
     """The operator's forward and autograd formula as a plain autograd function (eager mode
-    only, see :func:`_eager`): what the custom operators compute, without their dispatch."""
+    only, see :func:`explorer.torch_eager.eager`): what the custom operators compute, without
+    their dispatch."""
 
     @staticmethod
     def forward(ctx: Any, op: RecurrenceOp, *values: Any) -> Any:

@@ -358,8 +358,9 @@ def test_runs_on_torchs_current_stream():
 @pytest.mark.gpu
 def test_the_eager_forward_launches_its_bound_plan():
     """The eager forward launches the plan bound to its signature (``forward_call``): the
-    outputs bit for bit the runner's, on torch's stream and on a side stream (a signature of
-    its own); float64 tensors take the runner (the float64 reference), kept as such."""
+    outputs bit for bit the runner's, without autograd (no tensor asks for a gradient) and
+    through the autograd function, on torch's stream and on a side stream (a signature of its
+    own); float64 tensors take the runner (the float64 reference), kept as such."""
     text = ex.PRESETS["selective scan"]
     arrays, h0 = _inputs(text)
     op = _op(text, BLELLOCH)
@@ -371,6 +372,11 @@ def test_the_eager_forward_launches_its_bound_plan():
         got = op(**given)
         assert all(torch.equal(got[o], w) for o, w in zip(op.specs.outputs, want))
     assert [callable(v) for v in op.forward_bound.plans.values()] == [True]
+    leaves = {k: v.clone().requires_grad_() for k, v in given.items()}
+    got = op(**leaves)
+    assert type(got["y"].grad_fn).__name__ == "_EagerBackward"
+    assert all(torch.equal(got[o].detach(), w) for o, w in zip(op.specs.outputs, want))
+    assert len(op.forward_bound.plans) == 1   # the same signature, the same launch
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

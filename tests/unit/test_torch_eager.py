@@ -1,4 +1,4 @@
-"""The torch operator's eager path (:func:`explorer.torch_op._eager`): in eager mode a call runs
+"""The torch operator's eager path (:func:`explorer.torch_eager.eager`): in eager mode a call runs
 the operator's forward, autograd formula and adjoint as a plain autograd function, without the
 custom operators' dispatch; traced, fake or wrapped tensors take the registered operators. Both
 paths must give the same outputs and gradients, and each must be taken where it should be."""
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlir") is None,
                                 reason="compiling needs the MLIR Python bindings")
 
-from explorer.torch_op import _eager  # noqa: E402
+from explorer.torch_eager import eager as _eager  # noqa: E402
 from tests.unit.test_autodiff import BLELLOCH, _compile, _inputs  # noqa: E402
 
 TEXT = ex.PRESETS["selective scan"]
@@ -62,6 +62,45 @@ def test_eager_path_computes_only_the_gradients_asked_for():
             assert torch.equal(some[k].grad, every[k].grad), k
         else:
             assert some[k].grad is None, k
+
+
+def test_calls_autograd_would_not_record_skip_the_autograd_function(
+        monkeypatch: pytest.MonkeyPatch):
+    """Under ``torch.no_grad()``, in inference mode, or with no tensor asking for a gradient,
+    an eager call is the forward alone: the same outputs as the autograd function's, no graph,
+    and the autograd function never runs; a tensor asking for one (grad mode on) takes it."""
+    from explorer import torch_op
+    from explorer.torch_eager import records
+
+    arrays, _ = _inputs(TEXT)
+    op = _compile(TEXT, BLELLOCH).torch()
+    want = op(**_leaves(arrays))
+    plain = {k: torch.tensor(v) for k, v in arrays.items()}
+    leaves = _leaves(arrays, grad={"A"})
+    assert not records(_values(op, plain)) and records(_values(op, leaves))
+    applied: list[int] = []
+    real = torch_op._Eager.apply
+
+    def counted(*args: Any) -> Any:
+        applied.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(torch_op._Eager, "apply", counted)
+    with torch.no_grad():
+        assert not records(_values(op, leaves))
+        in_no_grad = op(**leaves)
+    for got in (op(**plain), in_no_grad):
+        for k in op.specs.outputs:
+            assert got[k].grad_fn is None and not got[k].requires_grad, k
+            assert torch.equal(got[k], want[k].detach()), k
+    with torch.inference_mode():
+        got = op(**plain)
+    assert got["y"].is_inference() and torch.equal(got["y"], want["y"].detach())
+    assert not applied
+    got = op(**leaves)
+    assert applied == [1] and type(got["y"].grad_fn).__name__ == "_EagerBackward"
+    got["y"].sum().backward()
+    assert leaves["A"].grad is not None and leaves["x"].grad is None
 
 
 def test_fake_and_traced_tensors_take_the_registered_operator():
