@@ -164,11 +164,10 @@ class FusedBackward:
             made = self._compile(key, arrays, states, cotangents, list(names))
             if made is None:
                 return self.op.gradients(arrays, states, cotangents, needed)
-            outs = made
-            run = self._fused.get(key)
+            run, outs = made
         else:
             outs = run(*tensors)
-        if replay is not None and run is not None:
+        if replay is not None:
             self._keep(replay, run, names, outs, arrays)
         return {n: g for n, g in zip(names, outs, strict=True) if g is not None}
 
@@ -190,9 +189,11 @@ class FusedBackward:
         return len(self._fused)
 
     def _compile(self, key: tuple[Any, ...], arrays: dict[str, Any], states: dict[str, Any],
-                 cotangents: dict[str, Any], names: list[str]) -> tuple[Any, ...] | None:
-        """Trace and compile the backward of ``key``, keep it, and return its gradients of
-        ``names`` from this call (None: it failed, and the eager formulas are to run)."""
+                 cotangents: dict[str, Any], names: list[str]
+                 ) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+        """Trace and compile the backward of ``key``, keep it, and return it with its
+        gradients of ``names`` from this call (None: it failed, and the eager formulas are to
+        run)."""
         from torch.fx.experimental.proxy_tensor import make_fx
 
         needed = set(names)
@@ -238,7 +239,7 @@ class FusedBackward:
             self._fused[key] = run
             while len(self._fused) > KEPT:
                 self._fused.popitem(last=False)
-        return tuple(outs)
+        return run, tuple(outs)
 
 
 def _replay_key(op: RecurrenceOp, ctx: Any, saved: tuple[Any, ...], grads: tuple[Any, ...]
