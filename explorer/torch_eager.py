@@ -4,9 +4,9 @@ when it may skip autograd too.
 In eager mode on plain tensors (:func:`eager`) the operator runs its forward, autograd formula
 and adjoint as a plain ``torch.autograd.Function`` instead of through its custom operators'
 dispatch; where autograd would record nothing (:func:`records` false: ``torch.no_grad()``,
-inference mode, no tensor asking for a gradient) the call is its forward's launch alone, with
-no autograd function and nothing saved for a backward. Both run on every call: loops, not
-``all()`` over generators.
+inference mode, no tensor asking for a gradient, no forward-mode AD) the call is its forward's
+launch alone, with no autograd function and nothing saved for a backward. Both run on every
+call: loops, not ``all()`` over generators.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 
 
 def eager(values: Sequence[Any]) -> bool:
@@ -38,9 +39,13 @@ def eager(values: Sequence[Any]) -> bool:
 
 def records(values: Sequence[Any]) -> bool:
     """Whether autograd would record an eager call (one :func:`eager` allows): grad mode on and
-    a tensor asking for a gradient. Where it would not, the operator's call is its forward alone
+    a tensor asking for a gradient, or forward-mode AD under way (a dual tensor asks for no
+    gradient: the autograd function is what refuses it, having no ``jvp``, where the forward
+    alone would drop its tangent). Where it would not, the operator's call is its forward alone
     (``RecurrenceOp.forward_call``: the launch the autograd function makes, without the
     function or what it saves for a backward)."""
+    if getattr(forward_ad, "_current_level", 0) >= 0:
+        return True
     if not torch.is_grad_enabled():
         return False
     for x in values:

@@ -68,7 +68,8 @@ def test_calls_autograd_would_not_record_skip_the_autograd_function(
         monkeypatch: pytest.MonkeyPatch):
     """Under ``torch.no_grad()``, in inference mode, or with no tensor asking for a gradient,
     an eager call is the forward alone: the same outputs as the autograd function's, no graph,
-    and the autograd function never runs; a tensor asking for one (grad mode on) takes it."""
+    and the autograd function never runs; a tensor asking for one (grad mode on) takes it, and
+    so does a call under forward-mode AD (which the autograd function refuses, as before)."""
     from explorer import torch_op
     from explorer.torch_eager import records
 
@@ -101,6 +102,16 @@ def test_calls_autograd_would_not_record_skip_the_autograd_function(
     assert applied == [1] and type(got["y"].grad_fn).__name__ == "_EagerBackward"
     got["y"].sum().backward()
     assert leaves["A"].grad is not None and leaves["x"].grad is None
+    # forward-mode AD: a dual tensor asks for no gradient, and its tangent must not be dropped
+    # silently: the autograd function runs, and refuses it (it has no jvp)
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level():
+        dual = {**plain, "x": fwad.make_dual(plain["x"], torch.ones_like(plain["x"]))}
+        assert records(_values(op, dual))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            op(**dual)
+    assert applied == [1, 1]
 
 
 def test_fake_and_traced_tensors_take_the_registered_operator():
