@@ -48,6 +48,11 @@ backward of ``compile(text).torch()`` is compared with torch autograd through to
 
 A method whose setup (compiles included) outlasts ``--setup-limit`` seconds is skipped.
 
+``--step`` times a training step instead of the backward alone: the forward, then
+``torch.autograd.grad`` of its output with the same cotangent (a new graph each call, as a
+training loop makes), timed as the backward is; no share of a copy is given (the bytes counted
+are the backward's).
+
 Only the backward is timed: the forward runs once, then ``torch.autograd.grad(..., retain_graph=
 True)`` is timed with CUDA events (warm-up, L2 flushed before each repetition, median), as
 :mod:`explorer.bench.timing` does for the forward, the methods taking turns in :data:`ROUNDS`
@@ -209,8 +214,10 @@ class Problem:
 
     def __init__(self, device: str, target: str, compile_backend: str | None,
                  records: Path | None = None, warp: bool = False, mamba: Any = None,
-                 lane_gradients: bool = False) -> None:
+                 lane_gradients: bool = False, step: bool = False) -> None:
         self.device, self.target, self.compile_backend = device, target, compile_backend
+        #: time the forward and the backward together (``--step``), not the backward alone
+        self.step = step
         self.records = records
         self.lane_gradients = lane_gradients
         self.warp = warp
@@ -251,7 +258,10 @@ class Problem:
             def run() -> Any:
                 return torch.autograd.grad(out, leaves, g, retain_graph=True)
 
-            return dict(zip(xs, run())), run
+            def step() -> Any:
+                return torch.autograd.grad(forward(xs), leaves, g)
+
+            return dict(zip(xs, run())), (step if self.step else run)
 
         def ours(policy: str) -> Callable[[], tuple[Any, Any]]:
             def setup() -> tuple[Any, Any]:
@@ -581,7 +591,9 @@ def _fusing(op: Any, policy: str) -> Iterator[None]:
 def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0,
                 kernels: bool = False, only: set[str] | None = None) -> dict[str, Any]:
     """Check and time every method of ``p`` (``only``: those named)."""
-    record: dict[str, Any] = {"problem": p.name, "bytes": p.bytes_moved, "methods": {}}
+    record: dict[str, Any] = {"problem": p.name, "bytes": p.bytes_moved,
+                              "timed": "forward and backward" if p.step else "backward",
+                              "methods": {}}
     grads: dict[str, Any] = {}
     runs: dict[str, Any] = {}
     forwards: dict[str, Any] = {}
@@ -630,7 +642,7 @@ def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0,
                     record["methods"][name]["kernels"] = kernel_times(run)
                 except Exception as err:  # noqa: BLE001 - the profiler is optional
                     record["methods"][name]["kernels"] = [(f"no profile: {err}"[:70], 0.0, 0)]
-        copy = _copy_ms(p.bytes_moved, p.device)
+        copy = None if p.step else _copy_ms(p.bytes_moved, p.device)
         record["copy_ms"] = copy
         timed = {n: m["ms"] for n, m in record["methods"].items() if "ms" in m}
         baselines = {n: t for n, t in timed.items() if not n.startswith("ours")}
@@ -643,7 +655,8 @@ def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0,
 
 
 def _print(record: dict[str, Any], device: str) -> None:
-    print(f"\n{record['problem']}  ({record['bytes'] / 1e6:.1f} MB moved at least"
+    what = "" if record.get("timed", "backward") == "backward" else ", a training step timed"
+    print(f"\n{record['problem']}{what}  ({record['bytes'] / 1e6:.1f} MB moved at least"
           + (f", copy {record['copy_ms']:.4f} ms)" if record.get("copy_ms") else ")"))
     if "ours_vs_torch_assoc_grads" in record:
         print("  ours against torch's associative_scan, all gradients: "
@@ -746,6 +759,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mamba-module", type=Path,
                     help="instead of --mamba-src: the module it built (selective_scan_fp32*.so "
                          "in its build folder), imported as it is")
+    ap.add_argument("--step", action="store_true",
+                    help="time a training step (the forward, then the backward) instead of "
+                         "the backward alone")
     ap.add_argument("--methods", type=lambda v: set(v.split(",")), default=None,
                     help="comma list: time only these methods (e.g. ours,ours+compile)")
     args = ap.parse_args(argv)
@@ -776,7 +792,8 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if cuda else "cpu"
     kw = {"device": device, "target": "cuda" if cuda else "cpu",
           "compile_backend": ("inductor" if args.compile else None) if cuda else "aot_eager",
-          "records": args.records, "warp": args.warp, "lane_gradients": args.lane_gradients}
+          "records": args.records, "warp": args.warp, "lane_gradients": args.lane_gradients,
+          "step": args.step}
     affine = args.affine if args.affine is not None else (AFFINE_SIZES if cuda else DRY_AFFINE)
     selective = args.selective if args.selective is not None else (
         SELECTIVE_SIZES if cuda else DRY_SELECTIVE)
