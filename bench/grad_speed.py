@@ -50,8 +50,9 @@ A method whose setup (compiles included) outlasts ``--setup-limit`` seconds is s
 
 ``--step`` times a training step instead of the backward alone: the forward, then
 ``torch.autograd.grad`` of its output with the same cotangent (a new graph each call, as a
-training loop makes), timed as the backward is; no share of a copy is given (the bytes counted
-are the backward's).
+training loop makes), timed as the backward is; ``--step sum`` the same for a loss of the
+output's sum (the backward gets autograd's expanded cotangent of ones, as in a training loop's
+``y.sum()``). No share of a copy is given (the bytes counted are the backward's).
 
 Only the backward is timed: the forward runs once, then ``torch.autograd.grad(..., retain_graph=
 True)`` is timed with CUDA events (warm-up, L2 flushed before each repetition, median), as
@@ -214,9 +215,11 @@ class Problem:
 
     def __init__(self, device: str, target: str, compile_backend: str | None,
                  records: Path | None = None, warp: bool = False, mamba: Any = None,
-                 lane_gradients: bool = False, step: bool = False) -> None:
+                 lane_gradients: bool = False, step: str | None = None) -> None:
         self.device, self.target, self.compile_backend = device, target, compile_backend
-        #: time the forward and the backward together (``--step``), not the backward alone
+        #: time the forward and the backward together (``--step``), not the backward alone:
+        #: "cotangent" (the benchmark's) or "sum" (a loss of the output's sum: autograd hands
+        #: the backward an expanded cotangent of ones)
         self.step = step
         self.records = records
         self.lane_gradients = lane_gradients
@@ -250,7 +253,7 @@ class Problem:
 
             xs = {k: v.detach().clone().requires_grad_() for k, v in self.inputs().items()}
             out = forward(xs)
-            g = self.cotangent(out)
+            g = torch.ones_like(out) if self.step == "sum" else self.cotangent(out)
             self.last = (xs, g)
             self.last_forward = lambda: forward(xs)
             leaves = list(xs.values())
@@ -259,6 +262,8 @@ class Problem:
                 return torch.autograd.grad(out, leaves, g, retain_graph=True)
 
             def step() -> Any:
+                if self.step == "sum":
+                    return torch.autograd.grad(forward(xs).sum(), leaves)
                 return torch.autograd.grad(forward(xs), leaves, g)
 
             return dict(zip(xs, run())), (step if self.step else run)
@@ -592,7 +597,8 @@ def run_problem(p: Problem, reps_budget_ms: float, setup_limit: float = 0.0,
                 kernels: bool = False, only: set[str] | None = None) -> dict[str, Any]:
     """Check and time every method of ``p`` (``only``: those named)."""
     record: dict[str, Any] = {"problem": p.name, "bytes": p.bytes_moved,
-                              "timed": "forward and backward" if p.step else "backward",
+                              "timed": f"forward and backward ({p.step})" if p.step
+                              else "backward",
                               "methods": {}}
     grads: dict[str, Any] = {}
     runs: dict[str, Any] = {}
@@ -759,9 +765,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mamba-module", type=Path,
                     help="instead of --mamba-src: the module it built (selective_scan_fp32*.so "
                          "in its build folder), imported as it is")
-    ap.add_argument("--step", action="store_true",
+    ap.add_argument("--step", nargs="?", const="cotangent", choices=["cotangent", "sum"],
                     help="time a training step (the forward, then the backward) instead of "
-                         "the backward alone")
+                         "the backward alone; 'sum': a loss of the output's sum")
     ap.add_argument("--methods", type=lambda v: set(v.split(",")), default=None,
                     help="comma list: time only these methods (e.g. ours,ours+compile)")
     args = ap.parse_args(argv)
