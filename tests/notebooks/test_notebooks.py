@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -28,6 +29,16 @@ def test_committed_notebook_has_no_outputs(path: Path) -> None:
         if cell.cell_type == "code":
             assert cell.outputs == [], f"{path.name}: a cell keeps its outputs"
             assert cell.execution_count is None, f"{path.name}: a cell keeps its count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_cell_has_its_own_id(path: Path) -> None:
+    """nbformat 4.5 cells carry ids (read as the file has them: nbformat adds missing ones
+    with a warning that is to become an error)."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    ids = [cell.get("id") for cell in raw["cells"]]
+    assert None not in ids, f"{path.name}: cell {ids.index(None)} has no id"
+    assert len(set(ids)) == len(ids), f"{path.name}: ids repeat"
 
 
 @pytest.mark.timeout(900)
