@@ -110,7 +110,7 @@ class _Fast:
                           for i, g in enumerate(grads))
         if self.thin is not None:
             i, every = self.thin
-            saved = (*saved[:i], saved[i][..., every - 1::every], *saved[i + 1:])
+            saved = (*saved[:i], tile_ends(saved[i], every), *saved[i + 1:])
         pool = torch.empty(plan.pool, dtype=torch.float32, device=plan.tdevice)
         base = pool.data_ptr()
         given = (saved, grads, self.zeros)
@@ -241,6 +241,12 @@ def tile_of(compiled: Any) -> int:
     return int(compiled.scan_plan.tile)
 
 
+def tile_ends(h: Any, every: int) -> Any:
+    """The states ``h`` at the last step of each tile of ``every`` steps (a view): what the
+    fused kernel reads of them, and what the eager forward saves (:func:`checkpoints`)."""
+    return h[..., every - 1::every]
+
+
 def restored(op: Any, ctx: Any, arrays: dict[str, Any], states: dict[str, Any],
              cotangents: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """The states of a backward whose forward saved one step in a tile (:func:`checkpoints`):
@@ -284,8 +290,7 @@ def kernel_states(op: Any, compiled: Any, arrays: dict[str, Any], cotangents: di
     its last axis is not the backward's length), else a view of them."""
     if h.shape[-1] != _length(op, arrays, cotangents):
         return h
-    every = tile_of(compiled)
-    return h[..., every - 1::every]
+    return tile_ends(h, tile_of(compiled))
 
 
 def bindings() -> Any:

@@ -363,7 +363,7 @@ class RecurrenceOp:
         ctx.every, ctx.full = every, None
         if every:
             ctx.full = tuple(states[0].shape)
-            states = [states[0][..., every - 1::every].contiguous()]
+            states = [backward_kernel.tile_ends(states[0], every).contiguous()]
         ctx.save_for_backward(*[x for x in tensors if x is not None], *states)
 
     def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:

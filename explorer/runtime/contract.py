@@ -173,6 +173,10 @@ class ArgInfo:
     #: last step of each of its tiles); 0: every step
     every: int = 0
 
+    def steps(self, L: int) -> int:
+        """The length of its time axis for ``L`` steps."""
+        return time_steps(L, self.every)
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "timed": self.timed,
                                "lane": self.lane, "dtype": self.dtype}
@@ -318,6 +322,12 @@ def _parse_arg(raw: Any, where: str) -> ArgInfo:
     return ArgInfo(name=name, role=role, timed=timed, lane=lane, dtype=dtype,
                    per_chunk=per_chunk, time_chunk=time_chunk, chunk_rule=rule, reset=reset,
                    every=every)
+
+
+def time_steps(L: int, every: int) -> int:
+    """The length of the time axis of an argument of one step in ``every`` (0: every step)
+    for ``L`` steps: ``L // every``, the steps ``every - 1``, ``2 * every - 1``, ..."""
+    return L // every if every else L
 
 
 def _flag(value: Any, what: str) -> bool:

@@ -107,7 +107,7 @@ def _contract(kernels: Sequence[KernelInfo | Mapping[str, Any]]) -> tuple[Kernel
 
 def _shape(arg: ArgInfo, C: int, N: int, L: int) -> tuple[int, ...]:
     rows: tuple[int, ...] = (C, N) if arg.lane else (C,)
-    return (*rows, L // arg.every if arg.every else L) if arg.timed else rows
+    return (*rows, arg.steps(L)) if arg.timed else rows
 
 
 def run_cpu(final_module_text: str, kernels: Sequence[KernelInfo | Mapping[str, Any]],

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from explorer.errors import RecurrenceError
+from explorer.runtime.contract import time_steps
 from explorer.runtime.dtypes import NARROW, dtype_name, storage, to_storage
 
 
@@ -51,8 +52,8 @@ class ArgSpec:
         return f"({dims})"
 
     def steps(self, L: int) -> int:
-        """The length of the time axis for ``L`` steps."""
-        return L // self.every if self.every else L
+        """The length of the time axis for ``L`` steps (``ArgInfo.steps``' rule)."""
+        return time_steps(L, self.every)
 
 
 @dataclass
